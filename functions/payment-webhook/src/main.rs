@@ -1,0 +1,19 @@
+//! POST /payments/{channel}/notify: signed payment notifications.
+use lambda_http::{service_fn, Error};
+use order_core::aws::{dynamo::DynamoStore, env, sdk_config, webhook_secret};
+use order_core::handlers::http::{payment_webhook, Webhook};
+use order_core::ports::SystemClock;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    order_core::init_tracing();
+    let config = sdk_config().await;
+    let app = Webhook {
+        store: DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), env("TABLE_NAME")?),
+        clock: Box::new(SystemClock),
+        secret: webhook_secret(&config).await?,
+        merchant_id: env("MERCHANT_ID")?,
+    };
+    let app = &app;
+    lambda_http::run(service_fn(move |req| async move { Ok::<_, Error>(payment_webhook(app, req).await) })).await
+}

@@ -1,0 +1,17 @@
+//! Reconciliation, daily and on demand: returns the JSON report and emits
+//! one metric per discrepancy kind.
+use lambda_runtime::{service_fn, Error, LambdaEvent};
+use order_core::aws::{dynamo::DynamoStore, env, sandbox::SandboxChannel, sdk_config};
+use order_core::handlers::reconcile::run_reconcile;
+use serde_json::Value;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    order_core::init_tracing();
+    let config = sdk_config().await;
+    let dynamo = aws_sdk_dynamodb::Client::new(&config);
+    let store = DynamoStore::new(dynamo.clone(), env("TABLE_NAME")?);
+    let ledger = SandboxChannel::new(dynamo, env("SANDBOX_LEDGER_TABLE")?);
+    let (store, ledger) = (&store, &ledger);
+    lambda_runtime::run(service_fn(move |_: LambdaEvent<Value>| async move { run_reconcile(store, ledger).await })).await
+}

@@ -1,0 +1,24 @@
+//! Refunds: the table stream (new REFUND records) feeds the refund queue;
+//! the refund queue drives each refund through the channel with backoff.
+use lambda_runtime::{service_fn, Error, LambdaEvent};
+use order_core::aws::{dynamo::DynamoStore, env, sandbox::SandboxChannel, sdk_config};
+use order_core::handlers::refunds::{handle, RefundWorker};
+use order_core::ports::SystemClock;
+use serde_json::Value;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    order_core::init_tracing();
+    let config = sdk_config().await;
+    let dynamo = aws_sdk_dynamodb::Client::new(&config);
+    let worker = RefundWorker {
+        store: DynamoStore::new(dynamo.clone(), env("TABLE_NAME")?),
+        channel: SandboxChannel::new(dynamo, env("SANDBOX_LEDGER_TABLE")?),
+        sqs: aws_sdk_sqs::Client::new(&config),
+        queue_url: env("REFUND_QUEUE_URL")?,
+        dlq_url: env("REFUND_DLQ_URL")?,
+        clock: Box::new(SystemClock),
+    };
+    let worker = &worker;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move { handle(worker, event.payload).await })).await
+}

@@ -1,0 +1,30 @@
+//! Table stream (order INSERT) → one EventBridge Scheduler one-shot wake-up.
+use aws_lambda_events::event::dynamodb::Event;
+use lambda_runtime::{service_fn, Error, LambdaEvent};
+use order_core::aws::{env, scheduler::EventBridgeWakeUps, sdk_config};
+use order_core::handlers::{batch::each_stream_record, streams::order_of};
+use order_core::usecases::schedule_wakeup::schedule_wake_up;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    order_core::init_tracing();
+    let config = sdk_config().await;
+    let wakeups = EventBridgeWakeUps::new(
+        aws_sdk_scheduler::Client::new(&config),
+        env("SCHEDULE_GROUP")?,
+        env("CLOSE_QUEUE_ARN")?,
+        env("SCHEDULER_ROLE_ARN")?,
+    );
+    let wakeups = &wakeups;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Event>| async move {
+        Ok::<_, Error>(
+            each_stream_record(event.payload, |record| async move {
+                let order = order_of(&record)?;
+                schedule_wake_up(wakeups, &order.order_id, order.expire_at).await.map_err(|e| e.to_string())?;
+                Ok::<_, String>(())
+            })
+            .await,
+        )
+    }))
+    .await
+}

@@ -1,0 +1,668 @@
+//! The DynamoDB adapter of [`OrderStore`]. The table layout is documented in
+//! `infra/data-model.md`; the key helpers below are the only place that
+//! spells it.
+
+use crate::domain::*;
+use crate::ports::Unavailable;
+use crate::store::*;
+use async_trait::async_trait;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::types::{
+    AttributeValue as Av, CancellationReason, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+    Update,
+};
+use aws_sdk_dynamodb::Client;
+use std::collections::HashMap;
+use std::time::Duration;
+
+pub type Item = HashMap<String, Av>;
+
+/// Number of write shards of the due index.
+pub const DUE_SHARDS: u32 = 16;
+
+pub mod keys {
+    use crate::domain::*;
+    pub fn order(id: &OrderId) -> String {
+        format!("ORDER#{id}")
+    }
+    pub const ORDER_SK: &str = "ORDER";
+    pub fn stock_reservation_sk(sku: &Sku) -> String {
+        format!("RES#STOCK#{sku}")
+    }
+    pub fn coupon_lock_sk(c: &CouponId) -> String {
+        format!("RES#COUPON#{c}")
+    }
+    pub fn payment_sk(p: &PaymentId) -> String {
+        format!("PAY#{p}")
+    }
+    pub fn refund_sk(p: &PaymentId) -> String {
+        format!("REFUND#{p}")
+    }
+    pub fn sku(s: &Sku) -> String {
+        format!("SKU#{s}")
+    }
+    pub const STOCK_SK: &str = "STOCK";
+    pub fn coupon(c: &CouponId) -> String {
+        format!("COUPON#{c}")
+    }
+    pub const COUPON_SK: &str = "COUPON";
+    pub fn idempotency(u: &UserId, k: &IdempotencyKey) -> String {
+        format!("IDEM#{u}#{k}")
+    }
+    pub const IDEM_SK: &str = "IDEM";
+    /// The due-index partition of an order: FNV-1a of its id, so that the
+    /// same order always lands on the same shard.
+    pub fn due_shard(id: &OrderId) -> String {
+        let mut h: u32 = 0x811c9dc5;
+        for b in id.as_str().bytes() {
+            h ^= u32::from(b);
+            h = h.wrapping_mul(0x0100_0193);
+        }
+        format!("OPEN#{}", h % super::DUE_SHARDS)
+    }
+}
+
+pub fn s(v: impl Into<String>) -> Av {
+    Av::S(v.into())
+}
+pub fn n(v: impl ToString) -> Av {
+    Av::N(v.to_string())
+}
+
+fn key(pk: String, sk: &str) -> Item {
+    HashMap::from([("pk".to_owned(), s(pk)), ("sk".to_owned(), s(sk))])
+}
+
+fn unavailable<E>(context: &'static str) -> impl FnOnce(E) -> Unavailable
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    move |e| Unavailable::new(context, e)
+}
+
+/// `ConditionalCheckFailedException` on a single-item write.
+fn is_condition_failure<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
+    e.as_service_error().and_then(|s| s.code()) == Some("ConditionalCheckFailedException")
+}
+
+fn to_item<T: serde::Serialize>(v: &T) -> Item {
+    serde_dynamo::to_item(v).expect("domain records serialise to DynamoDB items")
+}
+
+fn from_item<T: serde::de::DeserializeOwned>(item: Item, what: &'static str) -> Result<T, Unavailable> {
+    serde_dynamo::from_item(item).map_err(unavailable(what))
+}
+
+fn history_entry(at: Timestamp, from: OrderStatus, to: OrderStatus, cause: &str) -> Av {
+    Av::L(vec![Av::M(to_item(&StatusChange { at, from: Some(from), to, cause: cause.to_owned() }))])
+}
+
+/// Why a transaction was cancelled, item by item.
+enum Cancelled {
+    /// Per item: `Some(old item)` when that item's condition failed.
+    Conditions(Vec<Option<Item>>),
+    /// Another transaction touched the same items; safe to retry.
+    Conflict,
+}
+
+fn cancellation(reasons: &[CancellationReason]) -> Cancelled {
+    if reasons.iter().any(|r| r.code() == Some("TransactionConflict")) {
+        return Cancelled::Conflict;
+    }
+    Cancelled::Conditions(
+        reasons
+            .iter()
+            .map(|r| (r.code() == Some("ConditionalCheckFailed")).then(|| r.item().cloned().unwrap_or_default()))
+            .collect(),
+    )
+}
+
+#[derive(Clone)]
+pub struct DynamoStore {
+    client: Client,
+    table: String,
+}
+
+impl DynamoStore {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self { client, table: table.into() }
+    }
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// Runs a transaction, retrying only `TransactionConflict` (a concurrent
+    /// transaction on the same items, e.g. many orders on one SKU) with
+    /// jittered backoff. Condition failures come back to the caller.
+    pub(crate) async fn transact_items(
+        &self,
+        items: Vec<TransactWriteItem>,
+        context: &'static str,
+    ) -> Result<Result<(), Vec<Option<Item>>>, Unavailable> {
+        let mut delay_ms = 10u64;
+        for attempt in 0.. {
+            let res = self.client.transact_write_items().set_transact_items(Some(items.clone())).send().await;
+            match res {
+                Ok(_) => return Ok(Ok(())),
+                Err(e) => {
+                    let reasons = e
+                        .as_service_error()
+                        .and_then(|s| match s {
+                            aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c) => Some(c),
+                            _ => None,
+                        })
+                        .map(|c| cancellation(c.cancellation_reasons()));
+                    match reasons {
+                        Some(Cancelled::Conditions(c)) if c.iter().any(Option::is_some) => return Ok(Err(c)),
+                        Some(Cancelled::Conflict) | Some(Cancelled::Conditions(_)) if attempt < 8 => {
+                            let jitter = rand::random::<u64>() % delay_ms.max(1);
+                            tokio::time::sleep(Duration::from_millis(delay_ms + jitter)).await;
+                            delay_ms = (delay_ms * 2).min(500);
+                        }
+                        _ => return Err(Unavailable::new(context, e)),
+                    }
+                }
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    fn order_item(order: &Order) -> Item {
+        let mut item = to_item(order);
+        item.extend(key(keys::order(&order.order_id), keys::ORDER_SK));
+        item.insert("entity".into(), s("ORDER"));
+        if !order.status.is_final() {
+            item.insert("due_shard".into(), s(keys::due_shard(&order.order_id)));
+            item.insert("due_at".into(), s(order.expire_at.to_string()));
+        }
+        item
+    }
+
+    /// An update of the order item guarded by its version, appending to the
+    /// history in the same write.
+    fn order_update(&self, order: &Order) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(keys::order(&order.order_id), keys::ORDER_SK)))
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":v", n(order.version))
+            .expression_attribute_values(":one", n(1))
+    }
+
+    pub(crate) async fn cas(
+        &self,
+        req: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
+        context: &'static str,
+    ) -> Result<Cas, Unavailable> {
+        match req.send().await {
+            Ok(_) => Ok(Cas::Applied),
+            Err(e) if is_condition_failure(&e) => Ok(Cas::Rejected),
+            Err(e) => Err(Unavailable::new(context, e)),
+        }
+    }
+
+    pub(crate) async fn get_item(&self, pk: String, sk: &str) -> Result<Option<Item>, Unavailable> {
+        self.get(pk, sk, "get item").await
+    }
+
+    async fn get(&self, pk: String, sk: &str, context: &'static str) -> Result<Option<Item>, Unavailable> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key(pk, sk)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(unavailable(context))?;
+        Ok(out.item)
+    }
+}
+
+impl DynamoStore {
+    /// Builds an order record from the items of one order partition.
+    pub(crate) fn assemble(items: Vec<Item>) -> Result<Option<OrderRecord>, Unavailable> {
+        let mut order = None;
+        let mut reservations = Vec::new();
+        let mut coupon_lock = None;
+        let mut payments = Vec::new();
+        let mut refunds = Vec::new();
+        for item in items {
+            match status_of(&item, "entity").as_deref() {
+                Some("ORDER") => order = Some(from_item(item, "decode order")?),
+                Some("RESERVATION") => reservations.push(from_item(item, "decode reservation")?),
+                Some("COUPON_LOCK") => coupon_lock = Some(from_item(item, "decode coupon lock")?),
+                Some("PAYMENT") => payments.push(from_item(item, "decode payment")?),
+                Some("REFUND") => refunds.push(from_item(item, "decode refund")?),
+                _ => {}
+            }
+        }
+        Ok(order.map(|order| OrderRecord { order, reservations, coupon_lock, payments, refunds }))
+    }
+}
+
+fn status_of(item: &Item, attr: &str) -> Option<String> {
+    item.get(attr).and_then(|v| v.as_s().ok()).cloned()
+}
+
+#[async_trait]
+impl OrderStore for DynamoStore {
+    async fn create_order(&self, order: &Order, claim: &IdempotencyClaim) -> Result<CreateResult, Unavailable> {
+        let now = order.created_at;
+        let mut items = Vec::with_capacity(2 + 2 * order.items.len() + 2);
+        let mut idem = key(keys::idempotency(&claim.user_id, &claim.key), keys::IDEM_SK);
+        idem.insert("entity".into(), s("IDEMPOTENCY_KEY"));
+        idem.insert("request_hash".into(), s(&claim.request_hash));
+        idem.insert("order_id".into(), s(order.order_id.as_str()));
+        idem.insert("created_at".into(), s(now.to_string()));
+        items.push(
+            TransactWriteItem::builder()
+                .put(
+                    Put::builder()
+                        .table_name(&self.table)
+                        .set_item(Some(idem))
+                        .condition_expression("attribute_not_exists(pk)")
+                        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                        .build()
+                        .expect("complete put"),
+                )
+                .build(),
+        );
+        let mut order_item = Self::order_item(order);
+        order_item.insert(
+            "history".into(),
+            Av::L(vec![Av::M(to_item(&StatusChange {
+                at: now,
+                from: None,
+                to: OrderStatus::PendingPayment,
+                cause: "created".into(),
+            }))]),
+        );
+        items.push(
+            TransactWriteItem::builder()
+                .put(
+                    Put::builder()
+                        .table_name(&self.table)
+                        .set_item(Some(order_item))
+                        .condition_expression("attribute_not_exists(pk)")
+                        .build()
+                        .expect("complete put"),
+                )
+                .build(),
+        );
+        // Index of the transaction item that decrements each SKU's stock,
+        // so a cancellation reason can be traced back to the SKU.
+        let mut stock_index = Vec::new();
+        for line in &order.items {
+            stock_index.push((items.len(), line.sku.clone()));
+            items.push(
+                TransactWriteItem::builder()
+                    .update(
+                        Update::builder()
+                            .table_name(&self.table)
+                            .set_key(Some(key(keys::sku(&line.sku), keys::STOCK_SK)))
+                            .update_expression("SET available = available - :q, reserved = reserved + :q")
+                            .condition_expression("attribute_exists(pk) AND available >= :q")
+                            .expression_attribute_values(":q", n(line.qty))
+                            .build()
+                            .expect("complete update"),
+                    )
+                    .build(),
+            );
+            let mut res = to_item(&Reservation { sku: line.sku.clone(), qty: line.qty, status: ReservationStatus::Reserved });
+            res.extend(key(keys::order(&order.order_id), &keys::stock_reservation_sk(&line.sku)));
+            res.insert("entity".into(), s("RESERVATION"));
+            res.insert("version".into(), n(1));
+            res.insert("reserved_at".into(), s(now.to_string()));
+            items.push(
+                TransactWriteItem::builder()
+                    .put(Put::builder().table_name(&self.table).set_item(Some(res)).build().expect("complete put"))
+                    .build(),
+            );
+        }
+        let mut coupon_index = None;
+        if let Some(coupon_id) = &order.coupon_id {
+            coupon_index = Some(items.len());
+            items.push(
+                TransactWriteItem::builder()
+                    .update(
+                        Update::builder()
+                            .table_name(&self.table)
+                            .set_key(Some(key(keys::coupon(coupon_id), keys::COUPON_SK)))
+                            .update_expression("SET #state = :locked, locked_by = :o")
+                            .condition_expression(
+                                "#state = :available AND user_id = :u AND valid_until > :now",
+                            )
+                            .expression_attribute_names("#state", "state")
+                            .expression_attribute_values(":locked", s("LOCKED"))
+                            .expression_attribute_values(":available", s("AVAILABLE"))
+                            .expression_attribute_values(":o", s(order.order_id.as_str()))
+                            .expression_attribute_values(":u", s(order.user_id.as_str()))
+                            .expression_attribute_values(":now", s(now.to_string()))
+                            .build()
+                            .expect("complete update"),
+                    )
+                    .build(),
+            );
+            let mut lock = to_item(&CouponLock { coupon_id: coupon_id.clone(), status: CouponLockStatus::Locked, reason: None });
+            lock.extend(key(keys::order(&order.order_id), &keys::coupon_lock_sk(coupon_id)));
+            lock.insert("entity".into(), s("COUPON_LOCK"));
+            lock.insert("locked_at".into(), s(now.to_string()));
+            items.push(
+                TransactWriteItem::builder()
+                    .put(Put::builder().table_name(&self.table).set_item(Some(lock)).build().expect("complete put"))
+                    .build(),
+            );
+        }
+
+        match self.transact_items(items, "create order transaction").await? {
+            Ok(()) => Ok(CreateResult::Created),
+            Err(failed) => {
+                if let Some(Some(old)) = failed.first() {
+                    let order_id = status_of(old, "order_id")
+                        .and_then(|o| OrderId::parse(o).ok())
+                        .ok_or_else(|| Unavailable::new("idempotency record", "record without order_id"))?;
+                    let same_request = status_of(old, "request_hash").as_deref() == Some(claim.request_hash.as_str());
+                    return Ok(CreateResult::Replay { order_id, same_request });
+                }
+                if let Some((_, sku)) = stock_index.iter().find(|(i, _)| matches!(failed.get(*i), Some(Some(_)))) {
+                    return Ok(CreateResult::OutOfStock(sku.clone()));
+                }
+                if coupon_index.is_some_and(|i| matches!(failed.get(i), Some(Some(_)))) {
+                    return Ok(CreateResult::CouponUnavailable);
+                }
+                Err(Unavailable::new("create order transaction", "cancelled on an unexpected condition"))
+            }
+        }
+    }
+
+    async fn order(&self, order_id: &OrderId) -> Result<Option<Order>, Unavailable> {
+        match self.get(keys::order(order_id), keys::ORDER_SK, "get order").await? {
+            Some(item) => Ok(Some(from_item(item, "decode order")?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn order_record(&self, order_id: &OrderId) -> Result<Option<OrderRecord>, Unavailable> {
+        let mut items = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk")
+                .expression_attribute_values(":pk", s(keys::order(order_id)))
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(unavailable("query order record"))?;
+            items.extend(out.items.unwrap_or_default());
+            match out.last_evaluated_key {
+                Some(k) => start = Some(k),
+                None => break,
+            }
+        }
+        Self::assemble(items)
+    }
+
+    async fn close_unpaid(&self, order: &Order, now: Timestamp) -> Result<Cas, Unavailable> {
+        let req = self
+            .order_update(order)
+            .update_expression(
+                "SET #status = :closed, version = version + :one, closed_at = :now, \
+                 history = list_append(history, :h) REMOVE due_shard, due_at",
+            )
+            .condition_expression(
+                "#status = :pending AND version = :v AND payment_attempts = :zero AND expire_at <= :now",
+            )
+            .expression_attribute_values(":closed", s("CLOSED"))
+            .expression_attribute_values(":pending", s("PENDING_PAYMENT"))
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":now", s(now.to_string()))
+            .expression_attribute_values(
+                ":h",
+                history_entry(now, OrderStatus::PendingPayment, OrderStatus::Closed, "expired unpaid, no payment attempt"),
+            );
+        self.cas(req, "close unpaid order").await
+    }
+
+    async fn begin_closing(&self, order: &Order, lease: &ClosingLease, now: Timestamp) -> Result<Cas, Unavailable> {
+        let cause = if order.status == OrderStatus::Closing {
+            format!("close resumed by {} after lease expiry", lease.owner)
+        } else {
+            format!("close started by {}", lease.owner)
+        };
+        let req = self
+            .order_update(order)
+            .update_expression(
+                "SET #status = :closing, version = version + :one, closing = :lease, \
+                 history = list_append(history, :h)",
+            )
+            .condition_expression(
+                "version = :v AND ((#status = :pending AND expire_at <= :now) OR \
+                 (#status = :closing AND (attribute_not_exists(closing) OR closing.lease_until <= :now)))",
+            )
+            .expression_attribute_values(":closing", s("CLOSING"))
+            .expression_attribute_values(":pending", s("PENDING_PAYMENT"))
+            .expression_attribute_values(":lease", Av::M(to_item(lease)))
+            .expression_attribute_values(":now", s(now.to_string()))
+            .expression_attribute_values(":h", history_entry(now, order.status, OrderStatus::Closing, &cause));
+        self.cas(req, "begin closing").await
+    }
+
+    async fn close_after_check(&self, order: &Order, now: Timestamp, cause: &str) -> Result<Cas, Unavailable> {
+        let owner = order.closing.as_ref().map(|l| l.owner.clone()).unwrap_or_default();
+        let req = self
+            .order_update(order)
+            .update_expression(
+                "SET #status = :closed, version = version + :one, closed_at = :now, \
+                 history = list_append(history, :h) REMOVE due_shard, due_at",
+            )
+            .condition_expression("#status = :closing AND version = :v AND closing.#owner = :owner")
+            .expression_attribute_names("#owner", "owner")
+            .expression_attribute_values(":closed", s("CLOSED"))
+            .expression_attribute_values(":closing", s("CLOSING"))
+            .expression_attribute_values(":owner", s(owner))
+            .expression_attribute_values(":now", s(now.to_string()))
+            .expression_attribute_values(":h", history_entry(now, OrderStatus::Closing, OrderStatus::Closed, cause));
+        self.cas(req, "close after payment check").await
+    }
+
+    async fn release_reservation(
+        &self,
+        order_id: &OrderId,
+        r: &Reservation,
+        now: Timestamp,
+    ) -> Result<Moved<ReservationStatus>, Unavailable> {
+        self.move_reservation(order_id, r, ReservationEvent::Release, now).await
+    }
+
+    async fn confirm_reservation(
+        &self,
+        order_id: &OrderId,
+        r: &Reservation,
+        now: Timestamp,
+    ) -> Result<Moved<ReservationStatus>, Unavailable> {
+        self.move_reservation(order_id, r, ReservationEvent::Confirm, now).await
+    }
+
+    async fn end_coupon_lock(
+        &self,
+        order_id: &OrderId,
+        coupon_id: &CouponId,
+        to: CouponLockStatus,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<Moved<CouponLockStatus>, Unavailable> {
+        let lock = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(key(keys::order(order_id), &keys::coupon_lock_sk(coupon_id))))
+            .update_expression("SET #status = :to, reason = :reason, ended_at = :now")
+            .condition_expression("#status = :locked")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":to", s(to.as_str()))
+            .expression_attribute_values(":locked", s("LOCKED"))
+            .expression_attribute_values(":reason", s(reason))
+            .expression_attribute_values(":now", s(now.to_string()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .expect("complete update");
+        let coupon = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(key(keys::coupon(coupon_id), keys::COUPON_SK)))
+            .update_expression("SET #state = :to, reason = :reason REMOVE locked_by")
+            .condition_expression("locked_by = :o")
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_values(":to", s(to.as_str()))
+            .expression_attribute_values(":reason", s(reason))
+            .expression_attribute_values(":o", s(order_id.as_str()))
+            .build()
+            .expect("complete update");
+        let items = vec![
+            TransactWriteItem::builder().update(lock).build(),
+            TransactWriteItem::builder().update(coupon).build(),
+        ];
+        match self.transact_items(items, "end coupon lock").await? {
+            Ok(()) => Ok(Ok(Step::Moved(to))),
+            Err(failed) => {
+                let found = failed
+                    .first()
+                    .cloned()
+                    .flatten()
+                    .and_then(|item| status_of(&item, "status"))
+                    .and_then(|st| serde_json::from_value::<CouponLockStatus>(serde_json::Value::String(st)).ok());
+                let event = match to {
+                    CouponLockStatus::Available => CouponLockEvent::Release { still_valid: true },
+                    CouponLockStatus::Expired => CouponLockEvent::Release { still_valid: false },
+                    CouponLockStatus::Void => CouponLockEvent::Void,
+                    CouponLockStatus::Used => CouponLockEvent::Use,
+                    CouponLockStatus::Locked => return Ok(Err(Refused { from: "LOCKED", event: "lock" })),
+                };
+                match found {
+                    Some(from) => Ok(crate::domain::coupon::apply(from, event)),
+                    None => Err(Unavailable::new("end coupon lock", "the lock or the coupon is missing")),
+                }
+            }
+        }
+    }
+
+    async fn put_stock(&self, sku: &Sku, available: i64) -> Result<(), Unavailable> {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(keys::sku(sku), keys::STOCK_SK)))
+            .update_expression("SET available = :a, reserved = if_not_exists(reserved, :zero), sku = :sku, entity = :e")
+            .expression_attribute_values(":a", n(available))
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":sku", s(sku.as_str()))
+            .expression_attribute_values(":e", s("STOCK"))
+            .send()
+            .await
+            .map_err(unavailable("put stock"))?;
+        Ok(())
+    }
+
+    async fn stock(&self, sku: &Sku) -> Result<Option<Stock>, Unavailable> {
+        match self.get(keys::sku(sku), keys::STOCK_SK, "get stock").await? {
+            Some(item) => Ok(Some(from_item(item, "decode stock")?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn put_coupon(&self, coupon: &Coupon) -> Result<PutCoupon, Unavailable> {
+        let mut item = to_item(coupon);
+        item.extend(key(keys::coupon(&coupon.coupon_id), keys::COUPON_SK));
+        item.insert("entity".into(), s("COUPON"));
+        let res = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            // Never overwrite a coupon an order is holding: that would
+            // silently break the order's lock.
+            .condition_expression("attribute_not_exists(pk) OR #state <> :locked")
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_values(":locked", s("LOCKED"))
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(PutCoupon::Stored),
+            Err(e) if is_condition_failure(&e) => Ok(PutCoupon::Locked),
+            Err(e) => Err(Unavailable::new("put coupon", e)),
+        }
+    }
+
+    async fn coupon(&self, coupon_id: &CouponId) -> Result<Option<Coupon>, Unavailable> {
+        match self.get(keys::coupon(coupon_id), keys::COUPON_SK, "get coupon").await? {
+            Some(item) => Ok(Some(from_item(item, "decode coupon")?)),
+            None => Ok(None),
+        }
+    }
+}
+
+impl DynamoStore {
+    async fn move_reservation(
+        &self,
+        order_id: &OrderId,
+        r: &Reservation,
+        event: ReservationEvent,
+        now: Timestamp,
+    ) -> Result<Moved<ReservationStatus>, Unavailable> {
+        let (to, stock_expr) = match event {
+            ReservationEvent::Release => {
+                (ReservationStatus::Released, "SET available = available + :q, reserved = reserved - :q")
+            }
+            ReservationEvent::Confirm => (ReservationStatus::Confirmed, "SET reserved = reserved - :q, sold = if_not_exists(sold, :zero) + :q"),
+        };
+        let reservation = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(key(keys::order(order_id), &keys::stock_reservation_sk(&r.sku))))
+            .update_expression("SET #status = :to, version = version + :one, updated_at = :now")
+            .condition_expression("#status = :reserved")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":to", s(to.as_str()))
+            .expression_attribute_values(":reserved", s("RESERVED"))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":now", s(now.to_string()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .expect("complete update");
+        let mut stock = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(key(keys::sku(&r.sku), keys::STOCK_SK)))
+            .update_expression(stock_expr)
+            .condition_expression("reserved >= :q")
+            .expression_attribute_values(":q", n(r.qty));
+        if event == ReservationEvent::Confirm {
+            stock = stock.expression_attribute_values(":zero", n(0));
+        }
+        let items = vec![
+            TransactWriteItem::builder().update(reservation).build(),
+            TransactWriteItem::builder().update(stock.build().expect("complete update")).build(),
+        ];
+        match self.transact_items(items, "move reservation").await? {
+            Ok(()) => Ok(Ok(Step::Moved(to))),
+            Err(failed) => {
+                let found = failed
+                    .first()
+                    .cloned()
+                    .flatten()
+                    .and_then(|item| status_of(&item, "status"))
+                    .and_then(|st| serde_json::from_value::<ReservationStatus>(serde_json::Value::String(st)).ok());
+                match found {
+                    Some(from) => Ok(crate::domain::reservation::apply(from, event)),
+                    None => Err(Unavailable::new(
+                        "move reservation",
+                        "the reservation is missing or the stock count is inconsistent",
+                    )),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! AWS adapters: the only code that touches the SDK.
+
+pub mod dynamo;
+pub mod payments;
+pub mod sandbox;
+pub mod queue;
+pub mod scheduler;
+
+use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
+
+/// Loads the SDK configuration once per cold start, with one rustls (ring)
+/// HTTPS client shared by every service client. `AWS_ENDPOINT_URL` in the
+/// environment points everything at a local emulator.
+pub async fn sdk_config() -> aws_config::SdkConfig {
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
+        .build_https();
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .http_client(http)
+        .load()
+        .await
+}
+
+/// Reads a required environment variable, naming it when it is missing.
+pub fn env(name: &str) -> Result<String, lambda_runtime::Error> {
+    std::env::var(name).map_err(|_| format!("environment variable {name} is not set").into())
+}
+
+/// The webhook signing secret, read once at cold start: `WEBHOOK_SECRET`
+/// when set (local runs), otherwise the SSM parameter named by
+/// `WEBHOOK_SECRET_PARAMETER` (a SecureString on AWS).
+pub async fn webhook_secret(config: &aws_config::SdkConfig) -> Result<Vec<u8>, lambda_runtime::Error> {
+    if let Ok(s) = std::env::var("WEBHOOK_SECRET") {
+        if !s.is_empty() {
+            return Ok(s.into_bytes());
+        }
+    }
+    let name = env("WEBHOOK_SECRET_PARAMETER")?;
+    let out = aws_sdk_ssm::Client::new(config)
+        .get_parameter()
+        .name(&name)
+        .with_decryption(true)
+        .send()
+        .await
+        .map_err(|e| format!("reading the webhook secret from SSM parameter {name}: {e}"))?;
+    out.parameter
+        .and_then(|p| p.value)
+        .filter(|v| !v.is_empty())
+        .map(String::into_bytes)
+        .ok_or_else(|| format!("SSM parameter {name} is empty").into())
+}

@@ -1,0 +1,339 @@
+//! The DynamoDB adapter of [`PaymentStore`]: payment attempts, the
+//! success/refund decision written atomically with its notification dedupe
+//! and channel-transaction uniqueness, and refunds.
+
+use super::dynamo::{keys, n, s, DynamoStore, Item};
+use crate::domain::order::{on_payment_success, PaymentSuccessOutcome};
+use crate::domain::*;
+use crate::ports::Unavailable;
+use crate::store::*;
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::{
+    AttributeValue as Av, ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+};
+use std::collections::HashMap;
+
+fn key(pk: String, sk: &str) -> Item {
+    HashMap::from([("pk".to_owned(), s(pk)), ("sk".to_owned(), s(sk))])
+}
+
+fn put(table: &str, item: Item, condition: Option<&str>) -> TransactWriteItem {
+    let mut p = Put::builder().table_name(table).set_item(Some(item));
+    if let Some(c) = condition {
+        p = p.condition_expression(c);
+    }
+    TransactWriteItem::builder().put(p.build().expect("complete put")).build()
+}
+
+fn evidence_list(e: &Evidence) -> Av {
+    Av::L(vec![Av::M(serde_dynamo::to_item(e).expect("serialisable"))])
+}
+
+pub fn notify_key(n: &Notification) -> String {
+    format!("NOTIFY#{}#{}", n.channel, n.notify_id)
+}
+
+pub fn channel_txn_key(channel: &ChannelName, txn: &str) -> String {
+    format!("CHTXN#{channel}#{txn}")
+}
+
+impl DynamoStore {
+    fn notify_put(&self, n: &Notification, payment_id: &PaymentId, at: Timestamp) -> TransactWriteItem {
+        let mut item = key(notify_key(n), "NOTIFY");
+        item.insert("entity".into(), s("NOTIFICATION"));
+        item.insert("payment_id".into(), s(payment_id.as_str()));
+        item.insert("received_at".into(), s(at.to_string()));
+        put(self.table(), item, Some("attribute_not_exists(pk)"))
+    }
+
+    fn payment_update(&self, p: &PaymentAttempt, status: PaymentStatus, e: &Evidence, txn: Option<&str>, only_unsettled: bool) -> TransactWriteItem {
+        let mut u = Update::builder()
+            .table_name(self.table())
+            .set_key(Some(key(keys::order(&p.order_id), &keys::payment_sk(&p.payment_id))))
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":s", s(status.as_str()))
+            .expression_attribute_values(":ev", evidence_list(e))
+            .expression_attribute_values(":empty", Av::L(vec![]));
+        let mut set = "SET #status = :s, evidence = list_append(if_not_exists(evidence, :empty), :ev)".to_owned();
+        if let Some(t) = txn {
+            set.push_str(", channel_txn_id = :t");
+            u = u.expression_attribute_values(":t", s(t));
+        }
+        u = u.update_expression(set);
+        u = if only_unsettled {
+            u.condition_expression("#status IN (:processing, :unknown)")
+                .expression_attribute_values(":processing", s("PROCESSING"))
+                .expression_attribute_values(":unknown", s("UNKNOWN"))
+        } else {
+            u.condition_expression("attribute_exists(pk)")
+        };
+        TransactWriteItem::builder().update(u.build().expect("complete update")).build()
+    }
+}
+
+#[async_trait]
+impl PaymentStore for DynamoStore {
+    async fn record_attempt(&self, order: &Order, attempt: &PaymentAttempt) -> Result<AttemptResult, Unavailable> {
+        let now = attempt.created_at;
+        let order_update = Update::builder()
+            .table_name(self.table())
+            .set_key(Some(key(keys::order(&order.order_id), keys::ORDER_SK)))
+            .update_expression("SET payment_attempts = payment_attempts + :one, version = version + :one")
+            .condition_expression("#status = :pending AND version = :v AND expire_at > :now")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":pending", s("PENDING_PAYMENT"))
+            .expression_attribute_values(":v", n(order.version))
+            .expression_attribute_values(":now", s(now.to_string()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .expect("complete update");
+        let mut pay: Item = serde_dynamo::to_item(attempt).expect("serialisable");
+        pay.extend(key(keys::order(&order.order_id), &keys::payment_sk(&attempt.payment_id)));
+        pay.insert("entity".into(), s("PAYMENT"));
+        let mut pointer = key(format!("PAYMENT#{}", attempt.payment_id), "PAYMENT");
+        pointer.insert("entity".into(), s("PAYMENT_POINTER"));
+        pointer.insert("order_id".into(), s(order.order_id.as_str()));
+        let items = vec![
+            TransactWriteItem::builder().update(order_update).build(),
+            put(self.table(), pay, Some("attribute_not_exists(pk)")),
+            put(self.table(), pointer, Some("attribute_not_exists(pk)")),
+        ];
+        match self.transact_items(items, "record payment attempt").await? {
+            Ok(()) => Ok(AttemptResult::Recorded),
+            Err(_) => match self.order(&order.order_id).await? {
+                Some(o) => Ok(AttemptResult::NotPayable(o)),
+                None => Ok(AttemptResult::NotFound),
+            },
+        }
+    }
+
+    async fn attempt(&self, payment_id: &PaymentId) -> Result<Option<PaymentAttempt>, Unavailable> {
+        let Some(pointer) = self.get_item(format!("PAYMENT#{payment_id}"), "PAYMENT").await? else {
+            return Ok(None);
+        };
+        let Some(order_id) = pointer.get("order_id").and_then(|v| v.as_s().ok()).and_then(|o| OrderId::parse(o.clone()).ok())
+        else {
+            return Err(Unavailable::new("payment pointer", "pointer without order_id"));
+        };
+        match self.get_item(keys::order(&order_id), &keys::payment_sk(payment_id)).await? {
+            Some(item) => Ok(Some(serde_dynamo::from_item(item).map_err(|e| Unavailable::new("decode payment", e))?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn settle_success(
+        &self,
+        order: &Order,
+        payment: &PaymentAttempt,
+        channel_txn_id: &str,
+        evidence: Evidence,
+        notification: Option<&Notification>,
+        refund_notice: &str,
+    ) -> Result<SettleResult, Unavailable> {
+        let now = evidence.at;
+        let mut items = Vec::new();
+        let notify_at = notification.map(|n| {
+            items.push(self.notify_put(n, &payment.payment_id, now));
+            items.len() - 1
+        });
+        let txn_at = items.len();
+        let mut txn = key(channel_txn_key(&payment.channel, channel_txn_id), "CHTXN");
+        txn.insert("entity".into(), s("CHANNEL_TXN"));
+        txn.insert("payment_id".into(), s(payment.payment_id.as_str()));
+        items.push(
+            TransactWriteItem::builder()
+                .put(
+                    Put::builder()
+                        .table_name(self.table())
+                        .set_item(Some(txn))
+                        .condition_expression("attribute_not_exists(pk) OR payment_id = :p")
+                        .expression_attribute_values(":p", s(payment.payment_id.as_str()))
+                        .build()
+                        .expect("complete put"),
+                )
+                .build(),
+        );
+        items.push(self.payment_update(payment, PaymentStatus::Succeeded, &evidence, Some(channel_txn_id), false));
+        let paid_by_same = order.paid_by.as_ref() == Some(&payment.payment_id);
+        let outcome = on_payment_success(order.status, paid_by_same);
+        let order_key = key(keys::order(&order.order_id), keys::ORDER_SK);
+        let order_at = items.len();
+        let mut refund_at = None;
+        match outcome {
+            PaymentSuccessOutcome::MarkPaid => {
+                let cause = format!("payment {} succeeded ({})", payment.payment_id, evidence.source);
+                let h = Av::L(vec![Av::M(
+                    serde_dynamo::to_item(StatusChange { at: now, from: Some(order.status), to: OrderStatus::Paid, cause })
+                        .expect("serialisable"),
+                )]);
+                let u = Update::builder()
+                    .table_name(self.table())
+                    .set_key(Some(order_key))
+                    .update_expression(
+                        "SET #status = :paid, paid_by = :p, paid_at = :now, version = version + :one, \
+                         history = list_append(history, :h) REMOVE due_shard, due_at",
+                    )
+                    .condition_expression("#status IN (:pending, :closing) AND version = :v")
+                    .expression_attribute_names("#status", "status")
+                    .expression_attribute_values(":paid", s("PAID"))
+                    .expression_attribute_values(":p", s(payment.payment_id.as_str()))
+                    .expression_attribute_values(":now", s(now.to_string()))
+                    .expression_attribute_values(":one", n(1))
+                    .expression_attribute_values(":h", h)
+                    .expression_attribute_values(":pending", s("PENDING_PAYMENT"))
+                    .expression_attribute_values(":closing", s("CLOSING"))
+                    .expression_attribute_values(":v", n(order.version))
+                    .build()
+                    .expect("complete update");
+                items.push(TransactWriteItem::builder().update(u).build());
+            }
+            PaymentSuccessOutcome::Duplicate | PaymentSuccessOutcome::Refund => {
+                // The decision rests on the order being final as read; the
+                // check makes the transaction fail if it is not any more.
+                let c = ConditionCheck::builder()
+                    .table_name(self.table())
+                    .set_key(Some(order_key))
+                    .condition_expression("version = :v")
+                    .expression_attribute_values(":v", n(order.version))
+                    .build()
+                    .expect("complete check");
+                items.push(TransactWriteItem::builder().condition_check(c).build());
+                if outcome == PaymentSuccessOutcome::Refund {
+                    let reason = if order.status == OrderStatus::Closed {
+                        "payment succeeded after the order closed"
+                    } else {
+                        "order already paid by another payment"
+                    };
+                    let refund = Refund {
+                        payment_id: payment.payment_id.clone(),
+                        order_id: order.order_id.clone(),
+                        channel: payment.channel.clone(),
+                        amount: payment.amount,
+                        currency: payment.currency.clone(),
+                        status: RefundStatus::RefundPending,
+                        reason: reason.into(),
+                        tries: 0,
+                        created_at: now,
+                        refunded_at: None,
+                        channel_refund_id: None,
+                        last_error: None,
+                        notification: refund_notice.into(),
+                    };
+                    let mut item: Item = serde_dynamo::to_item(&refund).expect("serialisable");
+                    item.extend(key(keys::order(&order.order_id), &keys::refund_sk(&payment.payment_id)));
+                    item.insert("entity".into(), s("REFUND"));
+                    refund_at = Some(items.len());
+                    items.push(put(self.table(), item, Some("attribute_not_exists(pk)")));
+                }
+            }
+        }
+        match self.transact_items(items, "settle payment success").await? {
+            Ok(()) => Ok(match outcome {
+                PaymentSuccessOutcome::MarkPaid => SettleResult::Paid,
+                PaymentSuccessOutcome::Duplicate => SettleResult::Duplicate,
+                PaymentSuccessOutcome::Refund => SettleResult::RefundPending,
+            }),
+            Err(failed) => {
+                let hit = |i: Option<usize>| i.is_some_and(|i| matches!(failed.get(i), Some(Some(_))));
+                Ok(if hit(notify_at) {
+                    SettleResult::Duplicate
+                } else if hit(Some(txn_at)) {
+                    SettleResult::TxnIdTaken
+                } else if hit(refund_at) {
+                    SettleResult::RefundPending
+                } else if hit(Some(order_at)) {
+                    SettleResult::OrderMoved
+                } else {
+                    return Err(Unavailable::new("settle payment success", "cancelled on an unexpected condition"));
+                })
+            }
+        }
+    }
+
+    async fn record_payment_fact(
+        &self,
+        payment: &PaymentAttempt,
+        status: PaymentStatus,
+        evidence: Evidence,
+        notification: Option<&Notification>,
+    ) -> Result<bool, Unavailable> {
+        let mut items = Vec::new();
+        if let Some(n) = notification {
+            items.push(self.notify_put(n, &payment.payment_id, evidence.at));
+        }
+        items.push(self.payment_update(payment, status, &evidence, None, true));
+        Ok(self.transact_items(items, "record payment fact").await?.is_ok())
+    }
+
+    async fn refund(&self, order_id: &OrderId, payment_id: &PaymentId) -> Result<Option<Refund>, Unavailable> {
+        match self.get_item(keys::order(order_id), &keys::refund_sk(payment_id)).await? {
+            Some(item) => Ok(Some(serde_dynamo::from_item(item).map_err(|e| Unavailable::new("decode refund", e))?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn update_refund(
+        &self,
+        refund: &Refund,
+        to: RefundStatus,
+        channel_refund_id: Option<&str>,
+        error: Option<&str>,
+        now: Timestamp,
+    ) -> Result<Cas, Unavailable> {
+        let mut u = self
+            .client()
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(key(keys::order(&refund.order_id), &keys::refund_sk(&refund.payment_id))))
+            .condition_expression("#status = :pending")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":pending", s("REFUND_PENDING"))
+            .expression_attribute_values(":now", s(now.to_string()));
+        let mut set = vec!["updated_at = :now"];
+        if to != RefundStatus::RefundPending {
+            set.push("#status = :to");
+            u = u.expression_attribute_values(":to", s(to.as_str()));
+        }
+        if to == RefundStatus::Refunded {
+            set.push("refunded_at = :now");
+        }
+        if let Some(id) = channel_refund_id {
+            set.push("channel_refund_id = :rid");
+            u = u.expression_attribute_values(":rid", s(id));
+        }
+        if let Some(e) = error {
+            set.push("tries = tries + :one, last_error = :err");
+            u = u.expression_attribute_values(":one", n(1)).expression_attribute_values(":err", s(e));
+        }
+        u = u.update_expression(format!("SET {}", set.join(", ")));
+        self.cas(u, "update refund").await
+    }
+
+    async fn scan_order_records(&self) -> Result<Vec<OrderRecord>, Unavailable> {
+        let mut by_order: std::collections::BTreeMap<String, Vec<Item>> = Default::default();
+        let mut start = None;
+        loop {
+            let out = self
+                .client()
+                .scan()
+                .table_name(self.table())
+                .filter_expression("begins_with(pk, :p)")
+                .expression_attribute_values(":p", s("ORDER#"))
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| Unavailable::new("scan orders", e))?;
+            for item in out.items.unwrap_or_default() {
+                let pk = item.get("pk").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+                by_order.entry(pk).or_default().push(item);
+            }
+            match out.last_evaluated_key {
+                Some(k) => start = Some(k),
+                None => break,
+            }
+        }
+        by_order.into_values().filter_map(|items| DynamoStore::assemble(items).transpose()).collect()
+    }
+}

@@ -1,0 +1,64 @@
+//! SQS adapter: close reminders put back with a delay.
+
+use crate::domain::OrderId;
+use crate::ports::{CloseReminders, Unavailable};
+use async_trait::async_trait;
+use aws_sdk_sqs::Client;
+use std::time::Duration;
+
+/// SQS refuses delays above 15 minutes; a longer wait is covered by
+/// successive reminders, each re-checking the order.
+pub const MAX_SQS_DELAY: Duration = Duration::from_secs(900);
+
+/// The body of every close reminder, whoever sends it (scheduler, sweep,
+/// the close function itself).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CloseMessage {
+    pub order_id: OrderId,
+}
+
+pub struct SqsCloseReminders {
+    client: Client,
+    queue_url: String,
+}
+
+impl SqsCloseReminders {
+    pub fn new(client: Client, queue_url: String) -> Self {
+        Self { client, queue_url }
+    }
+}
+
+/// Whole seconds, rounded up so that the reminder does not arrive early
+/// again, capped at the SQS maximum.
+pub fn delay_seconds(after: Duration) -> i32 {
+    let secs = after.as_millis().div_ceil(1000) as u64;
+    secs.min(MAX_SQS_DELAY.as_secs()) as i32
+}
+
+#[async_trait]
+impl CloseReminders for SqsCloseReminders {
+    async fn remind_later(&self, order_id: &OrderId, after: Duration) -> Result<(), Unavailable> {
+        let body = serde_json::to_string(&CloseMessage { order_id: order_id.clone() }).expect("serialisable");
+        self.client
+            .send_message()
+            .queue_url(&self.queue_url)
+            .message_body(body)
+            .delay_seconds(delay_seconds(after))
+            .send()
+            .await
+            .map_err(|e| Unavailable::new("send close reminder", e))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_round_up_and_cap_at_fifteen_minutes() {
+        assert_eq!(delay_seconds(Duration::from_millis(1)), 1);
+        assert_eq!(delay_seconds(Duration::from_millis(2000)), 2);
+        assert_eq!(delay_seconds(Duration::from_secs(3600)), 900);
+    }
+}

@@ -1,0 +1,255 @@
+//! The sandbox payment channel: a provider's test mode with its own ledger
+//! (a DynamoDB table of its own, `payment_id` keyed). It keeps the channel's
+//! facts — what was paid, what was refunded — apart from the order's, which
+//! is what reconciliation compares. Faults can be planted per payment so
+//! that tests can drive every branch of the close and refund paths.
+
+use crate::domain::*;
+use crate::ports::{ChannelPayment, PaymentChannel, RefundResult, Unavailable};
+use crate::store::PaymentAttempt;
+use async_trait::async_trait;
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::types::{AttributeValue as Av, ReturnValue};
+use aws_sdk_dynamodb::Client;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Faults {
+    /// `"timeout"`: queries fail as if the channel did not answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    /// How many refund calls fail before one succeeds.
+    #[serde(default)]
+    pub refund_failures: u32,
+}
+
+/// One row of the sandbox's ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerEntry {
+    pub payment_id: PaymentId,
+    pub order_id: OrderId,
+    pub merchant_id: String,
+    pub amount: i64,
+    pub currency: Currency,
+    /// PROCESSING, SUCCEEDED or FAILED.
+    pub status: PaymentStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_txn_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refund_id: Option<String>,
+    #[serde(default)]
+    pub refunded_amount: i64,
+    #[serde(default)]
+    pub faults: Faults,
+}
+
+#[derive(Clone)]
+pub struct SandboxChannel {
+    client: Client,
+    table: String,
+}
+
+fn s(v: impl Into<String>) -> Av {
+    Av::S(v.into())
+}
+
+impl SandboxChannel {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self { client, table: table.into() }
+    }
+
+    fn key(payment_id: &PaymentId) -> HashMap<String, Av> {
+        HashMap::from([("payment_id".to_owned(), s(payment_id.as_str()))])
+    }
+
+    pub async fn entry(&self, payment_id: &PaymentId) -> Result<Option<LedgerEntry>, Unavailable> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(payment_id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| Unavailable::new("sandbox ledger get", e))?;
+        out.item
+            .map(|i| serde_dynamo::from_item(i).map_err(|e| Unavailable::new("sandbox ledger decode", e)))
+            .transpose()
+    }
+
+    /// Every ledger row (reconciliation reads the channel's side from here).
+    pub async fn entries(&self) -> Result<Vec<LedgerEntry>, Unavailable> {
+        let mut all = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| Unavailable::new("sandbox ledger scan", e))?;
+            for i in out.items.unwrap_or_default() {
+                all.push(serde_dynamo::from_item(i).map_err(|e| Unavailable::new("sandbox ledger decode", e))?);
+            }
+            match out.last_evaluated_key {
+                Some(k) => start = Some(k),
+                None => return Ok(all),
+            }
+        }
+    }
+
+    /// Records the channel's outcome for a payment (first outcome wins) and
+    /// any planted faults. Returns the row as it now stands, or `None` when
+    /// the payment was never opened at the channel.
+    pub async fn settle(
+        &self,
+        payment_id: &PaymentId,
+        outcome: Option<PaymentStatus>,
+        faults: Option<&Faults>,
+    ) -> Result<Option<LedgerEntry>, Unavailable> {
+        let mut sets = Vec::new();
+        let mut u = self.client.update_item().table_name(&self.table).set_key(Some(Self::key(payment_id)));
+        let mut cond = "attribute_exists(payment_id)".to_owned();
+        if let Some(o) = outcome {
+            sets.push("#status = :s, channel_txn_id = if_not_exists(channel_txn_id, :t)");
+            // Once settled, a payment's outcome at the channel is fixed.
+            cond.push_str(" AND (#status = :processing OR #status = :s)");
+            u = u
+                .expression_attribute_names("#status", "status")
+                .expression_attribute_values(":s", s(o.as_str()))
+                .expression_attribute_values(":processing", s("PROCESSING"))
+                .expression_attribute_values(":t", s(format!("sbx_txn_{payment_id}")));
+        }
+        if let Some(f) = faults {
+            sets.push("faults = :f");
+            u = u.expression_attribute_values(":f", Av::M(serde_dynamo::to_item(f).expect("serialisable")));
+        }
+        if sets.is_empty() {
+            return self.entry(payment_id).await;
+        }
+        let res = u
+            .update_expression(format!("SET {}", sets.join(", ")))
+            .condition_expression(cond)
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await;
+        match res {
+            Ok(out) => out
+                .attributes
+                .map(|i| serde_dynamo::from_item(i).map_err(|e| Unavailable::new("sandbox ledger decode", e)))
+                .transpose(),
+            Err(e) if e.as_service_error().and_then(|x| x.code()) == Some("ConditionalCheckFailedException") => {
+                self.entry(payment_id).await
+            }
+            Err(e) => Err(Unavailable::new("sandbox settle", e)),
+        }
+    }
+}
+
+#[async_trait]
+impl PaymentChannel for SandboxChannel {
+    async fn open(&self, attempt: &PaymentAttempt, merchant_id: &str) -> Result<(), Unavailable> {
+        let entry = LedgerEntry {
+            payment_id: attempt.payment_id.clone(),
+            order_id: attempt.order_id.clone(),
+            merchant_id: merchant_id.to_owned(),
+            amount: attempt.amount,
+            currency: attempt.currency.clone(),
+            status: PaymentStatus::Processing,
+            channel_txn_id: None,
+            refund_id: None,
+            refunded_amount: 0,
+            faults: Faults::default(),
+        };
+        let res = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(serde_dynamo::to_item(&entry).expect("serialisable")))
+            .condition_expression("attribute_not_exists(payment_id)")
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(()),
+            Err(e) if e.as_service_error().and_then(|x| x.code()) == Some("ConditionalCheckFailedException") => Ok(()),
+            Err(e) => Err(Unavailable::new("sandbox open payment", e)),
+        }
+    }
+
+    async fn query(&self, payment_id: &PaymentId) -> Result<ChannelPayment, Unavailable> {
+        let Some(e) = self.entry(payment_id).await? else {
+            return Ok(ChannelPayment::NotFound);
+        };
+        if e.faults.query.as_deref() == Some("timeout") {
+            return Err(Unavailable::new("sandbox query", "timed out (injected fault)"));
+        }
+        Ok(match e.status {
+            PaymentStatus::Succeeded => ChannelPayment::Succeeded {
+                channel_txn_id: e.channel_txn_id.unwrap_or_default(),
+                amount: e.amount,
+                currency: e.currency.to_string(),
+            },
+            PaymentStatus::Failed => ChannelPayment::Failed,
+            PaymentStatus::Processing | PaymentStatus::Unknown => ChannelPayment::Pending,
+        })
+    }
+
+    async fn refund(&self, payment_id: &PaymentId, amount: i64, idempotency_key: &str) -> Result<RefundResult, Unavailable> {
+        // A planted failure is consumed one call at a time.
+        let failing = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(payment_id)))
+            .update_expression("SET faults.refund_failures = faults.refund_failures - :one")
+            .condition_expression("faults.refund_failures > :zero")
+            .expression_attribute_values(":one", Av::N("1".into()))
+            .expression_attribute_values(":zero", Av::N("0".into()))
+            .send()
+            .await;
+        match failing {
+            Ok(_) => return Ok(RefundResult::Failed("refund rejected by the channel (injected fault)".into())),
+            Err(e) if e.as_service_error().and_then(|x| x.code()) == Some("ConditionalCheckFailedException") => {}
+            Err(e) => return Err(Unavailable::new("sandbox refund", e)),
+        }
+        let res = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(payment_id)))
+            .update_expression(
+                "SET refund_id = if_not_exists(refund_id, :rid), refund_key = if_not_exists(refund_key, :k), \
+                 refunded_amount = :a",
+            )
+            // Same key: the same refund again (idempotent). Another key, or
+            // more than was paid: refused.
+            .condition_expression(
+                "#status = :succeeded AND amount >= :a AND (attribute_not_exists(refund_key) OR refund_key = :k)",
+            )
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":succeeded", s("SUCCEEDED"))
+            .expression_attribute_values(":rid", s(format!("sbx_refund_{payment_id}")))
+            .expression_attribute_values(":k", s(idempotency_key))
+            .expression_attribute_values(":a", Av::N(amount.to_string()))
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await;
+        match res {
+            Ok(out) => {
+                let id = out
+                    .attributes
+                    .and_then(|a| a.get("refund_id").and_then(|v| v.as_s().ok()).cloned())
+                    .unwrap_or_default();
+                Ok(RefundResult::Refunded { channel_refund_id: id })
+            }
+            Err(e) if e.as_service_error().and_then(|x| x.code()) == Some("ConditionalCheckFailedException") => {
+                Ok(RefundResult::Failed("the channel refused the refund (not paid, amount or key mismatch)".into()))
+            }
+            Err(e) => Err(Unavailable::new("sandbox refund", e)),
+        }
+    }
+}

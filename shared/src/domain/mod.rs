@@ -1,0 +1,42 @@
+//! The pure domain: identifiers, money, time and the four state machines of
+//! an order's life (order, stock reservation, coupon lock, payment attempt,
+//! refund). Nothing here knows about AWS; every transition is a function from
+//! a state and an event to the next state or a typed refusal.
+
+pub mod coupon;
+pub mod ids;
+pub mod money;
+pub mod order;
+pub mod payment;
+pub mod reservation;
+pub mod time;
+
+pub use coupon::{CouponLockEvent, CouponLockStatus, CouponState};
+pub use ids::{ChannelName, CouponId, IdempotencyKey, OrderId, PaymentId, Sku, UserId};
+pub use money::{Currency, Money};
+pub use order::{
+    decide_close, ClosingLease, CloseDecision, Order, OrderEvent, OrderLine, OrderStatus,
+    PaymentSuccessOutcome, StatusChange,
+};
+pub use payment::{PaymentStatus, RefundStatus};
+pub use reservation::{ReservationEvent, ReservationStatus};
+pub use time::Timestamp;
+
+/// The result of applying an event to a state: either the state moves, or
+/// the thing already happened and applying it again changes nothing. Keeping
+/// "already there" apart from "moved" is what makes duplicate deliveries
+/// harmless: the caller acknowledges them without writing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step<S> {
+    Moved(S),
+    AlreadyThere,
+}
+
+/// A transition the state machine does not allow. Terminal states refuse
+/// everything that would leave them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{event} is not allowed from {from}")]
+pub struct Refused {
+    pub from: &'static str,
+    pub event: &'static str,
+}

@@ -1,0 +1,74 @@
+//! Payment attempts and refunds (seed 000 §2.2, seed 003 §05). The order
+//! says how the deal ended; the payment attempt says what the channel did
+//! with the money. They are related but never merged.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum PaymentStatus {
+    /// Started; the channel has not told us the outcome.
+    Processing,
+    /// The channel could not be asked or did not know (timeout, error).
+    /// Never treated as "unpaid".
+    Unknown,
+    Succeeded,
+    Failed,
+}
+
+impl PaymentStatus {
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed)
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Processing => "PROCESSING",
+            Self::Unknown => "UNKNOWN",
+            Self::Succeeded => "SUCCEEDED",
+            Self::Failed => "FAILED",
+        }
+    }
+}
+
+/// Whether a channel fact may be recorded over the local status. A verified
+/// success is always recorded — money that moved must never be lost, even
+/// if an earlier query found nothing (it then leads to PAID or a refund).
+/// Otherwise a settled attempt keeps its outcome.
+pub fn may_record(from: PaymentStatus, to: PaymentStatus) -> bool {
+    to == PaymentStatus::Succeeded || !from.is_final() || from == to
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum RefundStatus {
+    RefundPending,
+    Refunded,
+    /// Out of automatic retries: on the dead-letter queue, for a person.
+    RefundFailed,
+}
+
+impl RefundStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RefundPending => "REFUND_PENDING",
+            Self::Refunded => "REFUNDED",
+            Self::RefundFailed => "REFUND_FAILED",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use PaymentStatus::*;
+
+    #[test]
+    fn settled_attempts_keep_their_outcome_but_a_success_is_always_recorded() {
+        for from in [Processing, Unknown, Succeeded, Failed] {
+            for to in [Processing, Unknown, Succeeded, Failed] {
+                let want = to == Succeeded || matches!(from, Processing | Unknown) || from == to;
+                assert_eq!(may_record(from, to), want, "{from:?} -> {to:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! Stock reservations (seed 000 §2.3, §8.1). Stock moves because a
+//! reservation changes state, never because a message arrived: a duplicate
+//! release finds RELEASED and adds nothing.
+
+use super::{Refused, Step};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ReservationStatus {
+    Reserved,
+    Released,
+    Confirmed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReservationEvent {
+    /// The order closed: give the stock back.
+    Release,
+    /// The order was paid: the stock is sold.
+    Confirm,
+}
+
+impl ReservationStatus {
+    pub const ALL: [Self; 3] = [Self::Reserved, Self::Released, Self::Confirmed];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Reserved => "RESERVED",
+            Self::Released => "RELEASED",
+            Self::Confirmed => "CONFIRMED",
+        }
+    }
+}
+
+/// A CONFIRMED reservation refuses `Release` — releasing sold stock would
+/// oversell; callers log it as an invariant breach and count it.
+pub fn apply(from: ReservationStatus, event: ReservationEvent) -> Result<Step<ReservationStatus>, Refused> {
+    use ReservationEvent::*;
+    use ReservationStatus::*;
+    match (from, event) {
+        (Reserved, Release) => Ok(Step::Moved(Released)),
+        (Reserved, Confirm) => Ok(Step::Moved(Confirmed)),
+        (Released, Release) | (Confirmed, Confirm) => Ok(Step::AlreadyThere),
+        (Released, Confirm) => Err(Refused { from: "RELEASED", event: "confirm" }),
+        (Confirmed, Release) => Err(Refused { from: "CONFIRMED", event: "release" }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ReservationEvent::*;
+    use ReservationStatus::*;
+
+    #[test]
+    fn every_state_and_event() {
+        let cases = [
+            (Reserved, Release, Ok(Step::Moved(Released))),
+            (Reserved, Confirm, Ok(Step::Moved(Confirmed))),
+            (Released, Release, Ok(Step::AlreadyThere)),
+            (Released, Confirm, Err(())),
+            (Confirmed, Confirm, Ok(Step::AlreadyThere)),
+            (Confirmed, Release, Err(())),
+        ];
+        for (s, e, want) in cases {
+            assert_eq!(apply(s, e).map_err(|_| ()), want, "{s:?} + {e:?}");
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Server time. Timestamps are UTC and travel as RFC 3339 with exactly three
+//! fractional digits and a `Z`, so that their string order is their time
+//! order — the due index sorts on the string.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::time::Duration;
+use time::format_description::well_known::Rfc3339;
+use time::macros::format_description;
+use time::OffsetDateTime;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Timestamp(OffsetDateTime);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not an RFC 3339 timestamp: {0}")]
+pub struct InvalidTimestamp(pub String);
+
+const FIXED: &[time::format_description::BorrowedFormatItem<'static>] = format_description!(
+    "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+);
+
+impl Timestamp {
+    pub fn from_unix_millis(ms: i64) -> Self {
+        let t = OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+            .expect("unix millis within range");
+        Self(t)
+    }
+    pub fn unix_millis(&self) -> i64 {
+        (self.0.unix_timestamp_nanos() / 1_000_000) as i64
+    }
+    pub fn unix_seconds(&self) -> i64 {
+        self.0.unix_timestamp()
+    }
+    /// Parses any RFC 3339 time and normalises it to UTC milliseconds.
+    pub fn parse(s: &str) -> Result<Self, InvalidTimestamp> {
+        let t = OffsetDateTime::parse(s, &Rfc3339).map_err(|_| InvalidTimestamp(s.to_owned()))?;
+        Ok(Self::from_unix_millis((t.unix_timestamp_nanos() / 1_000_000) as i64))
+    }
+    pub fn plus(&self, d: Duration) -> Self {
+        Self::from_unix_millis(self.unix_millis() + d.as_millis() as i64)
+    }
+    pub fn minus(&self, d: Duration) -> Self {
+        Self::from_unix_millis(self.unix_millis() - d.as_millis() as i64)
+    }
+    /// How long from `self` until `later`; zero if `later` is not later.
+    pub fn until(&self, later: Timestamp) -> Duration {
+        Duration::from_millis(later.unix_millis().saturating_sub(self.unix_millis()).max(0) as u64)
+    }
+    /// `YYYY-MM-DDTHH:MM:SS` rounded *up* to the next whole second, in UTC:
+    /// the form EventBridge Scheduler's `at()` takes. Rounding up means a
+    /// wake-up is never scheduled before the deadline it stands for.
+    pub fn scheduler_at(&self) -> String {
+        let ms = self.unix_millis();
+        let secs = ms.div_euclid(1000) + i64::from(ms.rem_euclid(1000) != 0);
+        let t = OffsetDateTime::from_unix_timestamp(secs).expect("in range");
+        t.format(format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]"))
+            .expect("formattable")
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.format(FIXED).expect("formattable"))
+    }
+}
+impl TryFrom<String> for Timestamp {
+    type Error = InvalidTimestamp;
+    fn try_from(s: String) -> Result<Self, InvalidTimestamp> {
+        Self::parse(&s)
+    }
+}
+impl From<Timestamp> for String {
+    fn from(t: Timestamp) -> String {
+        t.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string_order_is_time_order() {
+        let a = Timestamp::from_unix_millis(1_700_000_000_005);
+        let b = Timestamp::from_unix_millis(1_700_000_000_040);
+        assert_eq!(a.to_string(), "2023-11-14T22:13:20.005Z");
+        assert!(a.to_string() < b.to_string());
+        assert_eq!(Timestamp::parse(&a.to_string()).unwrap(), a);
+    }
+
+    #[test]
+    fn offsets_are_normalised_to_utc() {
+        let t = Timestamp::parse("2026-01-01T08:00:00+08:00").unwrap();
+        assert_eq!(t.to_string(), "2026-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn scheduler_time_rounds_up_to_the_next_second() {
+        assert_eq!(Timestamp::parse("2026-01-01T00:00:00.001Z").unwrap().scheduler_at(), "2026-01-01T00:00:01");
+        assert_eq!(Timestamp::parse("2026-01-01T00:00:00.000Z").unwrap().scheduler_at(), "2026-01-01T00:00:00");
+    }
+}

@@ -1,0 +1,47 @@
+//! The errors a caller can see. Every entry point returns `ApiError`; the one
+//! place that turns it into HTTP is [`crate::http::error_response`].
+
+use crate::ports::Unavailable;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    BadRequest,
+    Unauthorized,
+    NotFound,
+    Conflict,
+    Unprocessable,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// A business refusal: the client can act on `code` and `message`.
+    #[error("{code}: {message}")]
+    Refused { kind: Kind, code: &'static str, message: String },
+    /// Something outside failed; logged with its cause, shown as a generic 500.
+    #[error(transparent)]
+    Internal(#[from] Unavailable),
+}
+
+impl ApiError {
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::Refused { kind: Kind::BadRequest, code: "invalid_request", message: message.into() }
+    }
+    pub fn not_found(what: impl std::fmt::Display) -> Self {
+        Self::Refused { kind: Kind::NotFound, code: "not_found", message: format!("{what} does not exist") }
+    }
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        Self::Refused { kind: Kind::Conflict, code, message: message.into() }
+    }
+    pub fn unauthorized(code: &'static str, message: impl Into<String>) -> Self {
+        Self::Refused { kind: Kind::Unauthorized, code, message: message.into() }
+    }
+    pub fn unprocessable(code: &'static str, message: impl Into<String>) -> Self {
+        Self::Refused { kind: Kind::Unprocessable, code, message: message.into() }
+    }
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Refused { code, .. } => code,
+            Self::Internal(_) => "internal_error",
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! HTTP handlers: route, call one use case, respond through [`crate::http`].
+
+use super::api::{body_bytes, header, path_param, route_key};
+use crate::aws::dynamo::DynamoStore;
+use crate::aws::sandbox::SandboxChannel;
+use crate::error::ApiError;
+use crate::http::{error_response, json_response, respond};
+use crate::metrics;
+use crate::ports::{Clock, IdGen};
+use crate::signature;
+use crate::usecases::create_order::CreateOrder;
+use crate::usecases::{payments, queries};
+use lambda_http::{Body, Request, Response};
+use serde_json::json;
+use tracing::warn;
+
+/// POST /orders
+pub async fn create_order(uc: &CreateOrder<DynamoStore>, req: Request) -> Response<Body> {
+    match uc.execute(header(&req, "idempotency-key"), body_bytes(&req)).await {
+        Ok(created) => {
+            let o = &created.order;
+            let mut resp = json_response(
+                201,
+                &json!({
+                    "order_id": o.order_id, "status": o.status, "expire_at": o.expire_at,
+                    "amount_total": o.amount_total, "currency": o.currency, "items": o.items,
+                }),
+            );
+            if created.replayed {
+                resp.headers_mut().insert("idempotent-replayed", "true".parse().expect("valid header"));
+            }
+            resp
+        }
+        Err(e) => error_response(&e),
+    }
+}
+
+/// Everything the order API needs, built once at cold start.
+pub struct OrderApi {
+    pub store: DynamoStore,
+    pub sandbox: Option<SandboxChannel>,
+    pub clock: Box<dyn Clock>,
+    pub ids: Box<dyn IdGen>,
+    pub merchant_id: String,
+}
+
+/// GET /orders/{order_id}, POST /orders/{order_id}/payments and the /admin routes.
+pub async fn order_api(app: &OrderApi, req: Request) -> Response<Body> {
+    let route = route_key(&req);
+    let body = body_bytes(&req);
+    let store = &app.store;
+    let result = match route.as_str() {
+        "GET /orders/{order_id}" => queries::get_order(store, &path_param(&req, "order_id"), false).await.map(|v| (200, v)),
+        "GET /admin/orders/{order_id}" => queries::get_order(store, &path_param(&req, "order_id"), true).await.map(|v| (200, v)),
+        "POST /orders/{order_id}/payments" => payments::start_payment(
+            store,
+            app.sandbox.as_ref(),
+            app.clock.as_ref(),
+            app.ids.as_ref(),
+            &app.merchant_id,
+            &path_param(&req, "order_id"),
+            body,
+        )
+        .await
+        .map(|v| (201, v)),
+        "PUT /admin/skus/{sku}" => queries::put_stock(store, &path_param(&req, "sku"), body).await.map(|v| (200, v)),
+        "GET /admin/skus/{sku}" => queries::get_stock(store, &path_param(&req, "sku")).await.map(|v| (200, v)),
+        "PUT /admin/coupons/{coupon_id}" => {
+            queries::put_coupon(store, &path_param(&req, "coupon_id"), body).await.map(|v| (200, v))
+        }
+        "GET /admin/coupons/{coupon_id}" => queries::get_coupon(store, &path_param(&req, "coupon_id")).await.map(|v| (200, v)),
+        other => Err(ApiError::not_found(format!("route {other}"))),
+    };
+    respond(result)
+}
+
+/// The webhook's configuration, read once at cold start.
+pub struct Webhook {
+    pub store: DynamoStore,
+    pub clock: Box<dyn Clock>,
+    pub secret: Vec<u8>,
+    pub merchant_id: String,
+}
+
+/// POST /payments/{channel}/notify
+pub async fn payment_webhook(app: &Webhook, req: Request) -> Response<Body> {
+    let body = body_bytes(&req);
+    let now = app.clock.now().unix_seconds();
+    if let Err(e) = signature::verify(&app.secret, header(&req, "x-signature"), body, now) {
+        warn!(reason = %e, "webhook signature rejected");
+        metrics::count("WebhookBadSignature", 1);
+        return error_response(&ApiError::unauthorized("bad_signature", e.to_string()));
+    }
+    let channel = path_param(&req, "channel");
+    respond(
+        payments::handle_notification(&app.store, app.clock.as_ref(), &app.merchant_id, &channel, body)
+            .await
+            .map(|v| (200, v)),
+    )
+}

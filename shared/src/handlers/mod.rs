@@ -1,0 +1,10 @@
+//! Trigger adapters: decode a Lambda event, call one use case, encode the
+//! answer. `main.rs` of each function only wires these to the runtime.
+
+pub mod api;
+pub mod batch;
+pub mod http;
+pub mod reconcile;
+pub mod refunds;
+pub mod sandbox;
+pub mod streams;

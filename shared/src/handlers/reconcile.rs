@@ -1,0 +1,25 @@
+//! The reconcile function: read both sides, compare, report.
+
+use crate::aws::dynamo::DynamoStore;
+use crate::aws::sandbox::SandboxChannel;
+use crate::metrics;
+use crate::store::PaymentStore;
+use crate::usecases::reconcile::reconcile;
+use lambda_runtime::Error;
+use serde_json::Value;
+use tracing::{info, warn};
+
+pub async fn run_reconcile(store: &DynamoStore, ledger: &SandboxChannel) -> Result<Value, Error> {
+    let records = store.scan_order_records().await?;
+    let entries = ledger.entries().await?;
+    let report = reconcile(&records, &entries);
+    for (kind, count) in &report.counts {
+        metrics::count(&format!("Discrepancy.{kind}"), *count as u64);
+    }
+    if report.discrepancies.is_empty() {
+        info!(orders = report.orders_checked, payments = report.payments_checked, "reconciliation clean");
+    } else {
+        warn!(count = report.discrepancies.len(), counts = ?report.counts, "reconciliation found discrepancies");
+    }
+    Ok(serde_json::to_value(&report)?)
+}

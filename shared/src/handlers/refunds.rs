@@ -1,0 +1,111 @@
+//! The refund worker's two triggers, told apart by their event source.
+
+use super::batch::{each_sqs_message, each_stream_record};
+use super::streams::refund_ids_of;
+use crate::aws::dynamo::DynamoStore;
+use crate::aws::sandbox::SandboxChannel;
+use crate::domain::{OrderId, PaymentId};
+use crate::ports::Clock;
+use crate::usecases::refunds::{process_refund, RefundOutcome};
+use aws_lambda_events::event::dynamodb::Event as StreamEvent;
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use lambda_runtime::Error;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tracing::error;
+
+pub struct RefundWorker {
+    pub store: DynamoStore,
+    pub channel: SandboxChannel,
+    pub sqs: aws_sdk_sqs::Client,
+    pub queue_url: String,
+    pub dlq_url: String,
+    pub clock: Box<dyn Clock>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RefundMessage {
+    pub order_id: OrderId,
+    pub payment_id: PaymentId,
+}
+
+pub async fn handle(w: &RefundWorker, event: Value) -> Result<Value, Error> {
+    let source = event["Records"][0]["eventSource"].as_str().unwrap_or_default().to_owned();
+    match source.as_str() {
+        "aws:dynamodb" => {
+            let event: StreamEvent = serde_json::from_value(event)?;
+            let resp = each_stream_record(event, |record| async move {
+                let (order_id, payment_id) = refund_ids_of(&record)?;
+                let body = serde_json::to_string(&RefundMessage { order_id, payment_id }).expect("serialisable");
+                w.sqs
+                    .send_message()
+                    .queue_url(&w.queue_url)
+                    .message_body(body)
+                    .send()
+                    .await
+                    .map_err(|e| format!("enqueue refund: {e}"))?;
+                Ok::<_, String>(())
+            })
+            .await;
+            Ok(serde_json::to_value(resp)?)
+        }
+        "aws:sqs" => {
+            let event: SqsEvent = serde_json::from_value(event)?;
+            Ok(serde_json::to_value(sqs(w, event).await)?)
+        }
+        "" => Ok(serde_json::json!({"batchItemFailures": []})),
+        other => Err(format!("unexpected event source {other}").into()),
+    }
+}
+
+async fn sqs(w: &RefundWorker, event: SqsEvent) -> SqsBatchResponse {
+    // Receipt handles by message id, to set a message's retry delay.
+    let receipts: std::collections::HashMap<String, String> = event
+        .records
+        .iter()
+        .filter_map(|m| Some((m.message_id.clone()?, m.receipt_handle.clone()?)))
+        .collect();
+    let receipts = &receipts;
+    let mut ids = event.records.iter().map(|m| m.message_id.clone().unwrap_or_default()).collect::<Vec<_>>().into_iter();
+    let ids = std::sync::Mutex::new(&mut ids);
+    let ids = &ids;
+    each_sqs_message(event, |body| async move {
+        let message_id = ids.lock().expect("not poisoned").next().unwrap_or_default();
+        let msg: RefundMessage = serde_json::from_str(&body).map_err(|e| format!("malformed refund message: {e}"))?;
+        match process_refund(&w.store, &w.channel, w.clock.as_ref(), &msg.order_id, &msg.payment_id)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            RefundOutcome::Refunded | RefundOutcome::AlreadyDone | RefundOutcome::NotFound => Ok(()),
+            RefundOutcome::RetryAfter(after) => {
+                // Failing the message with a longer visibility is the
+                // backoff: SQS redelivers it after `after`.
+                if let Some(receipt) = receipts.get(&message_id) {
+                    if let Err(e) = w
+                        .sqs
+                        .change_message_visibility()
+                        .queue_url(&w.queue_url)
+                        .receipt_handle(receipt)
+                        .visibility_timeout(after.as_secs() as i32)
+                        .send()
+                        .await
+                    {
+                        error!(error = %e, "could not set the refund retry delay");
+                    }
+                }
+                Err(format!("refund try failed; retrying in {} s", after.as_secs()))
+            }
+            RefundOutcome::GaveUp => {
+                w.sqs
+                    .send_message()
+                    .queue_url(&w.dlq_url)
+                    .message_body(body)
+                    .send()
+                    .await
+                    .map_err(|e| format!("move refund to the dead-letter queue: {e}"))?;
+                Ok(())
+            }
+        }
+    })
+    .await
+}

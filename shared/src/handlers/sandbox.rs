@@ -1,0 +1,97 @@
+//! The sandbox provider's control endpoint: settle a payment at the channel
+//! (its own ledger), plant faults, and send a signed notification to the
+//! webhook as a real provider would.
+
+use super::api::{body_bytes, header, path_param};
+use crate::aws::sandbox::{Faults, SandboxChannel};
+use crate::domain::{PaymentId, PaymentStatus};
+use crate::error::ApiError;
+use crate::http::respond;
+use crate::ports::{Clock, Unavailable};
+use crate::signature;
+use lambda_http::{Body, Request, Response};
+use serde_json::{json, Value};
+
+pub struct Sandbox {
+    pub ledger: SandboxChannel,
+    pub clock: Box<dyn Clock>,
+    pub secret: Vec<u8>,
+    pub merchant_id: String,
+    /// The webhook's URL; when empty it is derived from the request, which
+    /// came in through the same HTTP API.
+    pub webhook_url: String,
+    pub http: reqwest::Client,
+}
+
+fn webhook_url(app: &Sandbox, req: &Request) -> String {
+    if !app.webhook_url.is_empty() {
+        return app.webhook_url.clone();
+    }
+    let uri = req.uri();
+    let path = uri.path();
+    let base = path.find("/sandbox/").map(|i| &path[..i]).unwrap_or("");
+    let host = header(req, "host").map(str::to_owned).or_else(|| uri.authority().map(|a| a.to_string())).unwrap_or_default();
+    let scheme = header(req, "x-forwarded-proto").unwrap_or(if host.starts_with("127.") || host.starts_with("localhost") { "http" } else { "https" });
+    format!("{scheme}://{host}{base}/payments/sandbox/notify")
+}
+
+pub async fn settle(app: &Sandbox, req: Request) -> Response<Body> {
+    respond(settle_inner(app, &req).await.map(|v| (200, v)))
+}
+
+async fn settle_inner(app: &Sandbox, req: &Request) -> Result<Value, ApiError> {
+    let raw_id = path_param(req, "payment_id");
+    let payment_id = PaymentId::parse(raw_id.clone()).map_err(|_| ApiError::not_found(format!("payment {raw_id}")))?;
+    let body: Value = serde_json::from_slice(body_bytes(req)).map_err(|e| ApiError::invalid(format!("body is not valid JSON: {e}")))?;
+    let outcome = match body.get("outcome").and_then(Value::as_str) {
+        None => None,
+        Some("SUCCEEDED") => Some(PaymentStatus::Succeeded),
+        Some("FAILED") => Some(PaymentStatus::Failed),
+        Some(o) => return Err(ApiError::invalid(format!("outcome {o:?} must be SUCCEEDED or FAILED"))),
+    };
+    let notify = body.get("notify").and_then(Value::as_bool).unwrap_or(false);
+    let faults: Option<Faults> = match body.get("faults") {
+        None => None,
+        Some(f) => Some(serde_json::from_value(f.clone()).map_err(|e| ApiError::invalid(format!("faults: {e}")))?),
+    };
+    let entry = app
+        .ledger
+        .settle(&payment_id, outcome, faults.as_ref())
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("payment {payment_id} at the sandbox channel")))?;
+    if outcome.is_some_and(|o| o != entry.status) {
+        return Err(ApiError::conflict(
+            "already_settled",
+            format!("the payment is already {} at the channel", entry.status.as_str()),
+        ));
+    }
+    let mut result = json!({
+        "payment_id": entry.payment_id, "order_id": entry.order_id, "status": entry.status,
+        "channel_txn_id": entry.channel_txn_id, "amount": entry.amount, "currency": entry.currency,
+        "faults": entry.faults, "notified": false,
+    });
+    if notify && entry.status != PaymentStatus::Processing {
+        let now = app.clock.now();
+        let notification = json!({
+            "notify_id": format!("ntf_{}_{}", entry.payment_id, now.unix_millis()),
+            "payment_id": entry.payment_id, "order_id": entry.order_id,
+            "channel_txn_id": entry.channel_txn_id, "amount": entry.amount, "currency": entry.currency,
+            "merchant_id": app.merchant_id, "status": entry.status,
+        })
+        .to_string();
+        let sig = signature::sign(&app.secret, now.unix_seconds(), notification.as_bytes());
+        let resp = app
+            .http
+            .post(webhook_url(app, req))
+            .header("content-type", "application/json")
+            .header("x-signature", sig)
+            .body(notification)
+            .send()
+            .await
+            .map_err(|e| Unavailable::new("sandbox notify webhook", e))?;
+        result["notified"] = json!(true);
+        result["webhook_status"] = json!(resp.status().as_u16());
+        result["webhook_response"] = resp.json::<Value>().await.unwrap_or(Value::Null);
+    }
+    Ok(result)
+}

@@ -1,0 +1,42 @@
+//! # order_core
+//!
+//! The domain and adapters of the order-expiry system: unpaid orders close
+//! when their payment window ends, paid orders never close, and the stock
+//! and coupons an order held are released exactly once.
+//!
+//! # Layout
+//!
+//! - [`domain`]: identifiers, money, time, and the state machines (order,
+//!   reservation, coupon lock, payment, refund). Pure; no AWS types.
+//! - [`ports`] and [`store`]: what use cases need from the outside, as traits.
+//! - [`usecases`]: one per trigger (create, schedule wake-up, close,
+//!   release/settle, payments, refunds, reconcile, queries), generic over
+//!   the ports.
+//! - [`aws`]: DynamoDB, Scheduler and SQS adapters.
+//! - [`http`] and [`error`]: the single mapping from errors to HTTP.
+//! - [`handlers`]: decode a Lambda trigger, call one use case, encode.
+
+pub mod aws;
+pub mod domain;
+pub mod error;
+pub mod handlers;
+pub mod http;
+pub mod metrics;
+pub mod ports;
+pub mod signature;
+pub mod store;
+pub mod usecases;
+
+/// Structured JSON logs, level from `RUST_LOG` (default `info`).
+pub fn init_tracing() {
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_current_span(false)
+        .without_time()
+        .with_target(false)
+        .init();
+}

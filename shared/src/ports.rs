@@ -1,0 +1,125 @@
+//! Ports: what the use cases need from the outside world, as traits. The
+//! AWS adapters in [`crate::aws`] implement them; unit tests substitute
+//! fakes for the clock, the scheduler, the queue and the payment channel.
+
+use crate::domain::*;
+use async_trait::async_trait;
+use std::time::Duration;
+
+/// A failure of an outside system that is not a business answer: a timeout,
+/// a throttle, a 5xx. Carries its cause for the log; never shown to clients.
+#[derive(Debug, thiserror::Error)]
+#[error("{context}: {source}")]
+pub struct Unavailable {
+    pub context: &'static str,
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl Unavailable {
+    pub fn new(context: &'static str, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self { context, source: source.into() }
+    }
+}
+
+/// Server time. Use cases never read the system clock themselves, so that
+/// deadline logic can be tested at any instant.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> Timestamp;
+}
+
+pub struct SystemClock;
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_millis() as i64;
+        Timestamp::from_unix_millis(ms)
+    }
+}
+
+/// Generates identifiers: time-ordered, unguessable, URL- and key-safe.
+pub trait IdGen: Send + Sync {
+    fn new_id(&self, prefix: &str, now: Timestamp) -> String;
+}
+
+pub struct RandomIds;
+impl IdGen for RandomIds {
+    fn new_id(&self, prefix: &str, now: Timestamp) -> String {
+        use rand::Rng;
+        const ALPHABET: &[u8] = b"0123456789abcdefghjkmnpqrstvwxyz";
+        let mut out = String::with_capacity(prefix.len() + 27);
+        out.push_str(prefix);
+        out.push('_');
+        let mut ms = now.unix_millis() as u64;
+        let mut time_part = [0u8; 10];
+        for c in time_part.iter_mut().rev() {
+            *c = ALPHABET[(ms & 31) as usize];
+            ms >>= 5;
+        }
+        out.push_str(std::str::from_utf8(&time_part).expect("ascii"));
+        let mut rng = rand::thread_rng();
+        for _ in 0..16 {
+            out.push(ALPHABET[rng.gen_range(0..32)] as char);
+        }
+        out
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheduled {
+    Created,
+    /// A schedule with this name exists: a redelivered stream record.
+    AlreadyExisted,
+}
+
+/// The one-shot wake-up of an order at its `expire_at`.
+#[async_trait]
+pub trait WakeUpScheduler: Send + Sync {
+    async fn schedule_wake_up(&self, order_id: &OrderId, at: Timestamp) -> Result<Scheduled, Unavailable>;
+    /// Deleting a schedule that does not exist (already fired) is success.
+    async fn cancel_wake_up(&self, order_id: &OrderId) -> Result<(), Unavailable>;
+}
+
+/// Puts a close reminder back for later (an early or blocked wake-up).
+#[async_trait]
+pub trait CloseReminders: Send + Sync {
+    async fn remind_later(&self, order_id: &OrderId, after: Duration) -> Result<(), Unavailable>;
+}
+
+/// What the payment channel says about one payment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChannelPayment {
+    Succeeded { channel_txn_id: String, amount: i64, currency: String },
+    Failed,
+    /// The channel has never seen this payment: nothing was charged.
+    NotFound,
+    /// The channel answered but does not know yet.
+    Pending,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefundResult {
+    Refunded { channel_refund_id: String },
+    /// The channel refused or failed; retry later.
+    Failed(String),
+}
+
+/// A payment provider. The sandbox channel implements it; a real provider's
+/// client plugs into the same trait.
+#[async_trait]
+pub trait PaymentChannel: Send + Sync {
+    /// Starts the payment at the provider (the buyer then pays there).
+    async fn open(&self, attempt: &crate::store::PaymentAttempt, merchant_id: &str) -> Result<(), Unavailable>;
+    /// `Err` means the channel could not be asked (timeout, network): the
+    /// caller must treat the payment as unknown, never as unpaid.
+    async fn query(&self, payment_id: &PaymentId) -> Result<ChannelPayment, Unavailable>;
+    /// Refunds are idempotent on `idempotency_key` at the channel.
+    async fn refund(
+        &self,
+        payment_id: &PaymentId,
+        amount: i64,
+        idempotency_key: &str,
+    ) -> Result<RefundResult, Unavailable>;
+}

@@ -1,0 +1,274 @@
+//! The order store port: every write the domain needs, each one a
+//! conditional write or a transaction on the current state and version.
+//! Methods return the business answer (applied, refused, already done) as a
+//! value; `Err(Unavailable)` is reserved for the store failing to answer.
+
+use crate::domain::*;
+use crate::ports::Unavailable;
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+/// The answer to a compare-and-swap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cas {
+    Applied,
+    /// The record was not in the expected state or version; re-read it.
+    Rejected,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reservation {
+    pub sku: Sku,
+    pub qty: u32,
+    pub status: ReservationStatus,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CouponLock {
+    pub coupon_id: CouponId,
+    pub status: CouponLockStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// What the close path or a notification saw of a payment at the channel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evidence {
+    pub at: Timestamp,
+    pub source: String,
+    pub status: PaymentStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PaymentAttempt {
+    pub payment_id: PaymentId,
+    pub order_id: OrderId,
+    pub channel: ChannelName,
+    pub amount: i64,
+    pub currency: Currency,
+    pub status: PaymentStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_txn_id: Option<String>,
+    pub created_at: Timestamp,
+    #[serde(default)]
+    pub evidence: Vec<Evidence>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refund {
+    pub payment_id: PaymentId,
+    pub order_id: OrderId,
+    pub channel: ChannelName,
+    pub amount: i64,
+    pub currency: Currency,
+    pub status: RefundStatus,
+    pub reason: String,
+    #[serde(default)]
+    pub tries: u32,
+    pub created_at: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refunded_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_refund_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// The message recorded for the buyer when the refund was created.
+    pub notification: String,
+}
+
+/// Everything an order owns, read in one query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderRecord {
+    pub order: Order,
+    pub reservations: Vec<Reservation>,
+    pub coupon_lock: Option<CouponLock>,
+    pub payments: Vec<PaymentAttempt>,
+    pub refunds: Vec<Refund>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stock {
+    pub sku: Sku,
+    pub available: i64,
+    pub reserved: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Coupon {
+    pub coupon_id: CouponId,
+    pub user_id: UserId,
+    pub valid_until: Timestamp,
+    pub state: CouponState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locked_by: Option<OrderId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The idempotency record written together with a new order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyClaim {
+    pub user_id: UserId,
+    pub key: IdempotencyKey,
+    /// SHA-256 of the canonical request body, hex.
+    pub request_hash: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateResult {
+    Created,
+    /// The idempotency key was used before.
+    Replay { order_id: OrderId, same_request: bool },
+    OutOfStock(Sku),
+    CouponUnavailable,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PutCoupon {
+    Stored,
+    /// The coupon is locked by an order; it cannot be overwritten now.
+    Locked,
+}
+
+/// The result of moving one reservation or lock: the domain step that was
+/// applied, or the refusal the domain gives for the state found.
+pub type Moved<S> = Result<Step<S>, Refused>;
+
+#[async_trait]
+pub trait OrderStore: Send + Sync {
+    /// One transaction: idempotency key, order, a stock decrement and a
+    /// reservation per line, and the coupon lock.
+    async fn create_order(&self, order: &Order, claim: &IdempotencyClaim) -> Result<CreateResult, Unavailable>;
+
+    /// The order alone, strongly consistent.
+    async fn order(&self, order_id: &OrderId) -> Result<Option<Order>, Unavailable>;
+
+    /// The order with everything it holds.
+    async fn order_record(&self, order_id: &OrderId) -> Result<Option<OrderRecord>, Unavailable>;
+
+    /// PENDING_PAYMENT → CLOSED, conditional on status, version, no payment
+    /// attempt and `expire_at <= now`.
+    async fn close_unpaid(&self, order: &Order, now: Timestamp) -> Result<Cas, Unavailable>;
+
+    /// PENDING_PAYMENT (due) or CLOSING (lease expired) → CLOSING with `lease`.
+    async fn begin_closing(&self, order: &Order, lease: &ClosingLease, now: Timestamp) -> Result<Cas, Unavailable>;
+
+    /// CLOSING → CLOSED, conditional on the version and lease owner the
+    /// closer holds.
+    async fn close_after_check(&self, order: &Order, now: Timestamp, cause: &str) -> Result<Cas, Unavailable>;
+
+    /// RESERVED → RELEASED and stock back, in one transaction.
+    async fn release_reservation(
+        &self,
+        order_id: &OrderId,
+        reservation: &Reservation,
+        now: Timestamp,
+    ) -> Result<Moved<ReservationStatus>, Unavailable>;
+
+    /// RESERVED → CONFIRMED and the reserved count drops (the stock is sold).
+    async fn confirm_reservation(
+        &self,
+        order_id: &OrderId,
+        reservation: &Reservation,
+        now: Timestamp,
+    ) -> Result<Moved<ReservationStatus>, Unavailable>;
+
+    /// LOCKED → `to` on the order's lock and on the coupon, in one transaction.
+    async fn end_coupon_lock(
+        &self,
+        order_id: &OrderId,
+        coupon_id: &CouponId,
+        to: CouponLockStatus,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<Moved<CouponLockStatus>, Unavailable>;
+
+    async fn put_stock(&self, sku: &Sku, available: i64) -> Result<(), Unavailable>;
+    async fn stock(&self, sku: &Sku) -> Result<Option<Stock>, Unavailable>;
+    async fn put_coupon(&self, coupon: &Coupon) -> Result<PutCoupon, Unavailable>;
+    async fn coupon(&self, coupon_id: &CouponId) -> Result<Option<Coupon>, Unavailable>;
+}
+
+/// Where a payment fact came from, for the idempotent write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notification {
+    pub channel: ChannelName,
+    pub notify_id: String,
+}
+
+/// The outcome of recording a trusted payment success.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SettleResult {
+    /// The order went to PAID.
+    Paid,
+    /// Already recorded (same notification, or the order is PAID by this
+    /// payment): nothing changed.
+    Duplicate,
+    /// The order is final without this payment: the success is recorded and
+    /// exactly one refund exists for it.
+    RefundPending,
+    /// The order changed under us; re-read it and decide again.
+    OrderMoved,
+    /// The channel transaction id is already bound to another payment.
+    TxnIdTaken,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttemptResult {
+    Recorded,
+    /// The order is no longer PENDING_PAYMENT or its `expire_at` passed.
+    NotPayable(Order),
+    NotFound,
+}
+
+#[async_trait]
+pub trait PaymentStore: Send + Sync {
+    /// Adds a payment attempt, conditional on the order being
+    /// PENDING_PAYMENT with `expire_at > now` at its current version.
+    async fn record_attempt(&self, order: &Order, attempt: &PaymentAttempt) -> Result<AttemptResult, Unavailable>;
+
+    /// The attempt and the id of its order.
+    async fn attempt(&self, payment_id: &PaymentId) -> Result<Option<PaymentAttempt>, Unavailable>;
+
+    /// Records a trusted success. `order` is the state the caller decided
+    /// on: when it is PENDING_PAYMENT or CLOSING the order goes to PAID in
+    /// the same transaction; when it is final, a refund is created instead.
+    async fn settle_success(
+        &self,
+        order: &Order,
+        payment: &PaymentAttempt,
+        channel_txn_id: &str,
+        evidence: Evidence,
+        notification: Option<&Notification>,
+        refund_notice: &str,
+    ) -> Result<SettleResult, Unavailable>;
+
+    /// Records a non-success fact (FAILED, or UNKNOWN evidence) on an attempt
+    /// that is not yet settled. Returns false when it was already settled
+    /// differently or the notification was seen.
+    async fn record_payment_fact(
+        &self,
+        payment: &PaymentAttempt,
+        status: PaymentStatus,
+        evidence: Evidence,
+        notification: Option<&Notification>,
+    ) -> Result<bool, Unavailable>;
+
+    /// REFUND_PENDING refunds, for the worker's retry and for reconciliation.
+    async fn refund(&self, order_id: &OrderId, payment_id: &PaymentId) -> Result<Option<Refund>, Unavailable>;
+
+    /// REFUND_PENDING → REFUNDED or REFUND_FAILED, or a failed try counted.
+    async fn update_refund(
+        &self,
+        refund: &Refund,
+        to: RefundStatus,
+        channel_refund_id: Option<&str>,
+        error: Option<&str>,
+        now: Timestamp,
+    ) -> Result<Cas, Unavailable>;
+
+    /// Every order in the table, page by page (reconciliation).
+    async fn scan_order_records(&self) -> Result<Vec<OrderRecord>, Unavailable>;
+}

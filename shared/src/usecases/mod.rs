@@ -1,0 +1,11 @@
+//! Use cases: one per trigger, generic over the ports. Each is the whole
+//! business decision for its trigger; handlers only decode and encode.
+
+pub mod close_order;
+pub mod payments;
+pub mod reconcile;
+pub mod refunds;
+pub mod create_order;
+pub mod queries;
+pub mod release_order;
+pub mod schedule_wakeup;

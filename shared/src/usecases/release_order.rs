@@ -1,0 +1,124 @@
+//! Release and settle (seed 000 §8): what happens to the resources an order
+//! holds once it is final. Both run from the table stream, so a duplicate or
+//! replayed record is normal; idempotency comes from each reservation's and
+//! lock's own state, never from counting messages.
+
+use crate::domain::*;
+use crate::metrics;
+use crate::ports::{Clock, Unavailable, WakeUpScheduler};
+use crate::store::OrderStore;
+use tracing::{error, info, instrument, warn};
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ResourceReport {
+    /// Reservations or locks moved by this run.
+    pub moved: u32,
+    /// Already in the target state: a duplicate delivery.
+    pub already: u32,
+    /// Refused by the state machine — an invariant breach, alarmed.
+    pub refused: u32,
+}
+
+/// The order closed: every RESERVED reservation goes back to stock, the
+/// coupon lock ends AVAILABLE, or EXPIRED if the coupon's own validity
+/// passed in the meantime.
+#[instrument(skip_all, fields(order_id = %order_id))]
+pub async fn release_order<S: OrderStore>(
+    store: &S,
+    clock: &dyn Clock,
+    order_id: &OrderId,
+) -> Result<ResourceReport, Unavailable> {
+    let mut report = ResourceReport::default();
+    let Some(record) = store.order_record(order_id).await? else {
+        warn!("release for an order that does not exist");
+        return Ok(report);
+    };
+    if record.order.status != OrderStatus::Closed {
+        // The stream filter only delivers transitions into CLOSED; anything
+        // else means the record is not what it claims to be. Never release.
+        error!(status = record.order.status.as_str(), "release requested for an order that is not CLOSED");
+        metrics::count("ReleaseRefused", 1);
+        report.refused += 1;
+        return Ok(report);
+    }
+    for r in &record.reservations {
+        match store.release_reservation(order_id, r, clock.now()).await? {
+            Ok(Step::Moved(_)) => {
+                report.moved += 1;
+                info!(sku = %r.sku, qty = r.qty, "reservation released, stock returned");
+            }
+            Ok(Step::AlreadyThere) => report.already += 1,
+            Err(refused) => {
+                report.refused += 1;
+                error!(sku = %r.sku, %refused, "invariant breach: a CONFIRMED reservation on a CLOSED order was not released");
+                metrics::count("ConfirmedReservationOnClosedOrder", 1);
+            }
+        }
+    }
+    if let Some(lock) = &record.coupon_lock {
+        let now = clock.now();
+        let still_valid = match store.coupon(&lock.coupon_id).await? {
+            Some(c) => c.valid_until > now,
+            None => false,
+        };
+        let (to, reason) = if still_valid {
+            (CouponLockStatus::Available, "order closed unpaid; coupon returned")
+        } else {
+            (CouponLockStatus::Expired, "order closed unpaid after the coupon's validity ended")
+        };
+        tally(&mut report, store.end_coupon_lock(order_id, &lock.coupon_id, to, reason, now).await?, "coupon lock");
+    }
+    metrics::count("ReservationsReleased", u64::from(report.moved));
+    info!(moved = report.moved, already = report.already, refused = report.refused, "release done");
+    Ok(report)
+}
+
+/// The order was paid: reservations become CONFIRMED (the stock is sold),
+/// the coupon is USED, and the wake-up is cancelled (a reminder that fires
+/// anyway finds PAID and is acknowledged).
+#[instrument(skip_all, fields(order_id = %order_id))]
+pub async fn settle_order<S: OrderStore, W: WakeUpScheduler>(
+    store: &S,
+    wakeups: &W,
+    clock: &dyn Clock,
+    order_id: &OrderId,
+) -> Result<ResourceReport, Unavailable> {
+    let mut report = ResourceReport::default();
+    let Some(record) = store.order_record(order_id).await? else {
+        warn!("settle for an order that does not exist");
+        return Ok(report);
+    };
+    if record.order.status != OrderStatus::Paid {
+        error!(status = record.order.status.as_str(), "settle requested for an order that is not PAID");
+        report.refused += 1;
+        return Ok(report);
+    }
+    for r in &record.reservations {
+        let res = store.confirm_reservation(order_id, r, clock.now()).await?;
+        if let Err(refused) = &res {
+            error!(sku = %r.sku, %refused, "invariant breach: reservation released while the order is PAID");
+            metrics::count("ReleasedReservationOnPaidOrder", 1);
+        }
+        tally(&mut report, res, "reservation");
+    }
+    if let Some(lock) = &record.coupon_lock {
+        let res = store
+            .end_coupon_lock(order_id, &lock.coupon_id, CouponLockStatus::Used, "order paid", clock.now())
+            .await?;
+        tally(&mut report, res, "coupon lock");
+    }
+    wakeups.cancel_wake_up(order_id).await?;
+    info!(moved = report.moved, already = report.already, refused = report.refused, "settle done");
+    Ok(report)
+}
+
+fn tally<S>(report: &mut ResourceReport, res: Result<Step<S>, Refused>, what: &str) {
+    match res {
+        Ok(Step::Moved(_)) => report.moved += 1,
+        Ok(Step::AlreadyThere) => report.already += 1,
+        Err(refused) => {
+            report.refused += 1;
+            error!(what, %refused, "refused resource transition");
+        }
+    }
+}
