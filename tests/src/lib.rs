@@ -1,1 +1,346 @@
+//! Helpers for the integration and end-to-end tests: clients for DynamoDB
+//! Local and for the deployed local stack, SigV4 signing for IAM routes,
+//! Lambda invocation, and polling.
 
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
+    ProjectionType, ScalarAttributeType, StreamSpecification, StreamViewType,
+};
+use order_core::aws::dynamo::DynamoStore;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub const REGION: &str = "us-east-1";
+
+fn require(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run the tests through infra/test.sh, which starts the emulators and deploys the stack")
+    })
+}
+
+/// Stack outputs written by `infra/local.sh up` (`.local/stack.env`), with
+/// the process environment taking precedence.
+pub fn stack_env(name: &str) -> String {
+    static FILE: OnceLock<HashMap<String, String>> = OnceLock::new();
+    if let Ok(v) = std::env::var(name) {
+        return v;
+    }
+    let file = FILE.get_or_init(|| {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.local/stack.env");
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim().to_owned(), v.trim().trim_matches('"').to_owned()))
+            .collect()
+    });
+    file.get(name).cloned().unwrap_or_else(|| require(name))
+}
+
+async fn sdk_config(endpoint: &str) -> aws_config::SdkConfig {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .http_client(order_core::aws::http_client())
+        .region(aws_config::Region::new(REGION))
+        .endpoint_url(endpoint)
+        .credentials_provider(aws_credential_types::Credentials::new("test", "test", None, None, "tests"))
+        .load()
+        .await
+}
+
+/// A DynamoDB client on DynamoDB Local — AWS's own engine.
+pub async fn dynamodb_local() -> aws_sdk_dynamodb::Client {
+    aws_sdk_dynamodb::Client::new(&sdk_config(&require("DYNAMODB_LOCAL_ENDPOINT")).await)
+}
+
+/// The emulator endpoint of the deployed local stack.
+pub fn stack_endpoint() -> String {
+    std::env::var("AWS_ENDPOINT_URL").unwrap_or_else(|_| "http://127.0.0.1:4566".into())
+}
+
+pub async fn stack_config() -> aws_config::SdkConfig {
+    sdk_config(&stack_endpoint()).await
+}
+
+/// A fresh table with the production schema (keys, due index, stream) and
+/// a unique name, so that tests never see each other's data.
+pub async fn fresh_table(client: &aws_sdk_dynamodb::Client) -> DynamoStore {
+    let name = format!("orders-test-{}", rand::random::<u64>());
+    let s = |n: &str| {
+        AttributeDefinition::builder().attribute_name(n).attribute_type(ScalarAttributeType::S).build().unwrap()
+    };
+    let k = |n: &str, t| KeySchemaElement::builder().attribute_name(n).key_type(t).build().unwrap();
+    client
+        .create_table()
+        .table_name(&name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(s("pk"))
+        .attribute_definitions(s("sk"))
+        .attribute_definitions(s("due_shard"))
+        .attribute_definitions(s("due_at"))
+        .key_schema(k("pk", KeyType::Hash))
+        .key_schema(k("sk", KeyType::Range))
+        .global_secondary_indexes(
+            GlobalSecondaryIndex::builder()
+                .index_name("due-index")
+                .key_schema(k("due_shard", KeyType::Hash))
+                .key_schema(k("due_at", KeyType::Range))
+                .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
+                .build()
+                .unwrap(),
+        )
+        .stream_specification(
+            StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(StreamViewType::NewAndOldImages)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .expect("create test table on DynamoDB Local");
+    DynamoStore::new(client.clone(), name)
+}
+
+/// Polls `f` until it returns `Some`, or panics after `timeout` naming `what`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// An HTTP client for the deployed API.
+#[derive(Clone)]
+pub struct Api {
+    pub base: String,
+    http: reqwest::Client,
+}
+
+/// A response: status and JSON body (Null when the body is not JSON).
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Reply {
+    pub fn error_code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or("")
+    }
+}
+
+impl Default for Api {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Api {
+    pub fn new() -> Self {
+        Self { base: stack_env("API_BASE_URL").trim_end_matches('/').to_owned(), http: reqwest::Client::new() }
+    }
+
+    pub async fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>, signed: bool) -> Reply {
+        let url = format!("{}{}", self.base, path);
+        let mut hs: Vec<(String, String)> = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        if body.is_some() {
+            hs.push(("content-type".into(), "application/json".into()));
+        }
+        if signed {
+            hs.extend(sigv4(method, &url, &hs, body.unwrap_or("").as_bytes(), "execute-api"));
+        }
+        let mut req = self.http.request(method.parse().unwrap(), &url);
+        for (k, v) in &hs {
+            req = req.header(k, v);
+        }
+        if let Some(b) = body {
+            req = req.body(b.to_owned());
+        }
+        let resp = req.send().await.unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        Reply { status, body: serde_json::from_str(&text).unwrap_or(Value::Null) }
+    }
+
+    pub async fn create_order(&self, key: &str, body: &Value) -> Reply {
+        self.send("POST", "/orders", &[("Idempotency-Key", key)], Some(&body.to_string()), false).await
+    }
+    pub async fn get_order(&self, id: &str) -> Reply {
+        self.send("GET", &format!("/orders/{id}"), &[], None, false).await
+    }
+    pub async fn admin_order(&self, id: &str) -> Reply {
+        self.send("GET", &format!("/admin/orders/{id}"), &[], None, true).await
+    }
+    pub async fn put_stock(&self, sku: &str, available: i64) -> Reply {
+        let r = self.send("PUT", &format!("/admin/skus/{sku}"), &[], Some(&serde_json::json!({"available": available}).to_string()), true).await;
+        assert_eq!(r.status, 200, "seeding stock: {r:?}");
+        r
+    }
+    pub async fn stock(&self, sku: &str) -> Value {
+        let r = self.send("GET", &format!("/admin/skus/{sku}"), &[], None, true).await;
+        assert_eq!(r.status, 200, "reading stock: {r:?}");
+        r.body
+    }
+    pub async fn put_coupon(&self, id: &str, user: &str, valid_until: &str) -> Reply {
+        self.send("PUT", &format!("/admin/coupons/{id}"), &[], Some(&serde_json::json!({"user_id": user, "valid_until": valid_until}).to_string()), true).await
+    }
+    pub async fn coupon(&self, id: &str) -> Value {
+        self.send("GET", &format!("/admin/coupons/{id}"), &[], None, true).await.body
+    }
+    pub async fn start_payment(&self, order_id: &str) -> Reply {
+        self.send("POST", &format!("/orders/{order_id}/payments"), &[], Some(r#"{"channel":"sandbox"}"#), false).await
+    }
+    pub async fn settle(&self, payment_id: &str, body: &Value) -> Reply {
+        self.send("POST", &format!("/sandbox/payments/{payment_id}/settle"), &[], Some(&body.to_string()), false).await
+    }
+    /// Waits until the order has `status`, returning its view.
+    pub async fn wait_status(&self, id: &str, status: &str, timeout: Duration) -> Value {
+        eventually(&format!("order {id} to be {status}"), timeout, || async {
+            let r = self.get_order(id).await;
+            (r.body["status"] == status).then_some(r.body)
+        })
+        .await
+    }
+}
+
+/// SigV4 headers for a request to the local stack (the emulator checks that
+/// IAM routes are signed, as AWS does, not by whom).
+pub fn sigv4(method: &str, url: &str, headers: &[(String, String)], body: &[u8], service: &str) -> Vec<(String, String)> {
+    use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
+    use aws_sigv4::sign::v4;
+    let identity = aws_credential_types::Credentials::new("test", "test", None, None, "tests").into();
+    let params = v4::SigningParams::builder()
+        .identity(&identity)
+        .region(REGION)
+        .name(service)
+        .time(std::time::SystemTime::now())
+        .settings(SigningSettings::default())
+        .build()
+        .unwrap()
+        .into();
+    let signable = SignableRequest::new(
+        method,
+        url,
+        headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        SignableBody::Bytes(body),
+    )
+    .unwrap();
+    let (instructions, _) = sign(signable, &params).unwrap().into_parts();
+    instructions.headers().map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+}
+
+/// Invokes a deployed function synchronously through the Lambda API.
+pub async fn invoke(function: &str, payload: &Value) -> Value {
+    let url = format!("{}/2015-03-31/functions/{function}/invocations", stack_endpoint());
+    let body = payload.to_string();
+    let hs = vec![("content-type".to_owned(), "application/json".to_owned())];
+    let mut req = reqwest::Client::new().post(&url).body(body.clone());
+    for (k, v) in hs.iter().cloned().chain(sigv4("POST", &url, &hs, body.as_bytes(), "lambda")) {
+        req = req.header(k, v);
+    }
+    let resp = req.send().await.unwrap_or_else(|e| panic!("invoke {function}: {e}"));
+    let text = resp.text().await.unwrap_or_default();
+    serde_json::from_str(&text).unwrap_or_else(|_| panic!("invoke {function}: not JSON: {text}"))
+}
+
+/// A unique suffix for names created by one test.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{:x}", rand::random::<u64>())
+}
+
+/// Test doubles for the ports that are not the store.
+pub mod fakes {
+    use async_trait::async_trait;
+    use order_core::domain::*;
+    use order_core::ports::*;
+    use order_core::store::PaymentAttempt;
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    /// A clock the test moves by hand.
+    #[derive(Clone)]
+    pub struct FixedClock(pub Arc<Mutex<Timestamp>>);
+    impl FixedClock {
+        pub fn at(ms: i64) -> Self {
+            Self(Arc::new(Mutex::new(Timestamp::from_unix_millis(ms))))
+        }
+        pub fn set(&self, ms: i64) {
+            *self.0.lock().unwrap() = Timestamp::from_unix_millis(ms);
+        }
+    }
+    impl Clock for FixedClock {
+        fn now(&self) -> Timestamp {
+            *self.0.lock().unwrap()
+        }
+    }
+
+    /// Records the reminders a use case puts back.
+    #[derive(Clone, Default)]
+    pub struct RecordedReminders(pub Arc<Mutex<Vec<(OrderId, Duration)>>>);
+    #[async_trait]
+    impl CloseReminders for RecordedReminders {
+        async fn remind_later(&self, order_id: &OrderId, after: Duration) -> Result<(), Unavailable> {
+            self.0.lock().unwrap().push((order_id.clone(), after));
+            Ok(())
+        }
+    }
+
+    /// A scripted payment channel: per payment, what `query` answers
+    /// (`None` = the channel times out).
+    #[derive(Clone, Default)]
+    pub struct ScriptedChannel {
+        pub answers: Arc<Mutex<HashMap<PaymentId, Option<ChannelPayment>>>>,
+        pub refunds: Arc<Mutex<Vec<(PaymentId, String)>>>,
+    }
+    impl ScriptedChannel {
+        pub fn answer(&self, p: &PaymentId, a: Option<ChannelPayment>) {
+            self.answers.lock().unwrap().insert(p.clone(), a);
+        }
+    }
+    #[async_trait]
+    impl PaymentChannel for ScriptedChannel {
+        async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<(), Unavailable> {
+            Ok(())
+        }
+        async fn query(&self, p: &PaymentId) -> Result<ChannelPayment, Unavailable> {
+            match self.answers.lock().unwrap().get(p).cloned() {
+                Some(Some(a)) => Ok(a),
+                Some(None) => Err(Unavailable::new("scripted channel", "timeout")),
+                None => Ok(ChannelPayment::NotFound),
+            }
+        }
+        async fn refund(&self, p: &PaymentId, _: i64, key: &str) -> Result<RefundResult, Unavailable> {
+            self.refunds.lock().unwrap().push((p.clone(), key.to_owned()));
+            Ok(RefundResult::Refunded { channel_refund_id: format!("r-{p}") })
+        }
+    }
+
+    /// Counts schedules created and cancelled.
+    #[derive(Clone, Default)]
+    pub struct RecordedWakeUps(pub Arc<Mutex<Vec<String>>>);
+    #[async_trait]
+    impl WakeUpScheduler for RecordedWakeUps {
+        async fn schedule_wake_up(&self, id: &OrderId, at: Timestamp) -> Result<Scheduled, Unavailable> {
+            self.0.lock().unwrap().push(format!("schedule {id} {at}"));
+            Ok(Scheduled::Created)
+        }
+        async fn cancel_wake_up(&self, id: &OrderId) -> Result<(), Unavailable> {
+            self.0.lock().unwrap().push(format!("cancel {id}"));
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! Use cases on the real store (DynamoDB Local) with the clock, the channel,
+//! the reminders and the scheduler faked: the close decision at every
+//! instant and channel answer, release and settle, refunds.
+
+use order_core::aws::dynamo::DynamoStore;
+use order_core::domain::*;
+use order_core::ports::*;
+use order_core::store::*;
+use order_core::usecases::close_order::{CloseOrder, CloseOutcome};
+use order_core::usecases::create_order::CreateOrder;
+use order_core::usecases::refunds::{process_refund, RefundOutcome, MAX_REFUND_TRIES};
+use order_core::usecases::release_order::{release_order, settle_order};
+use serde_json::json;
+use std::time::Duration;
+use system_tests::fakes::*;
+use system_tests::{dynamodb_local, fresh_table};
+
+const T0: i64 = 1_800_000_000_000;
+const WINDOW_MS: i64 = 60_000;
+
+struct World {
+    store: DynamoStore,
+    clock: FixedClock,
+    channel: ScriptedChannel,
+    reminders: RecordedReminders,
+}
+
+impl World {
+    async fn new() -> Self {
+        let store = fresh_table(&dynamodb_local().await).await;
+        store.put_stock(&Sku::parse("A").unwrap(), 10).await.unwrap();
+        Self { store, clock: FixedClock::at(T0), channel: Default::default(), reminders: Default::default() }
+    }
+
+    fn closer(&self) -> CloseOrder<DynamoStore, ScriptedChannel, RecordedReminders> {
+        CloseOrder {
+            store: self.store.clone(),
+            channel: self.channel.clone(),
+            reminders: self.reminders.clone(),
+            clock: Box::new(self.clock.clone()),
+            lease: Duration::from_secs(30),
+        }
+    }
+
+    async fn order(&self, coupon: Option<&str>) -> Order {
+        let uc = CreateOrder {
+            store: self.store.clone(),
+            clock: Box::new(self.clock.clone()),
+            ids: Box::new(RandomIds),
+            window: Duration::from_millis(WINDOW_MS as u64),
+            expiry_rule_version: "t".into(),
+        };
+        let mut body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 3, "unit_price": 100}]});
+        if let Some(c) = coupon {
+            body["coupon_id"] = json!(c);
+        }
+        uc.execute(Some(&format!("k{}", rand::random::<u64>())), body.to_string().as_bytes()).await.unwrap().order
+    }
+
+    async fn with_attempt(&self, order: &Order) -> (Order, PaymentAttempt) {
+        let a = PaymentAttempt {
+            payment_id: PaymentId::parse(format!("pay_{}", rand::random::<u32>())).unwrap(),
+            order_id: order.order_id.clone(),
+            channel: ChannelName::parse("sandbox").unwrap(),
+            amount: order.amount_total,
+            currency: order.currency.clone(),
+            status: PaymentStatus::Processing,
+            channel_txn_id: None,
+            created_at: self.clock.now(),
+            evidence: vec![],
+        };
+        assert_eq!(self.store.record_attempt(order, &a).await.unwrap(), AttemptResult::Recorded);
+        (self.store.order(&order.order_id).await.unwrap().unwrap(), a)
+    }
+
+    async fn status(&self, o: &Order) -> OrderStatus {
+        self.store.order(&o.order_id).await.unwrap().unwrap().status
+    }
+
+    async fn available(&self) -> i64 {
+        self.store.stock(&Sku::parse("A").unwrap()).await.unwrap().unwrap().available
+    }
+}
+
+#[tokio::test]
+async fn an_early_wake_up_is_put_back_for_the_remaining_time_and_closes_nothing() {
+    let w = World::new().await;
+    let o = w.order(None).await;
+    w.clock.set(T0 + WINDOW_MS - 4_000);
+    let out = w.closer().close(&o.order_id, "t").await.unwrap();
+    assert_eq!(out, CloseOutcome::RemindedLater { after: Duration::from_secs(4), why: "not yet due" });
+    assert_eq!(w.reminders.0.lock().unwrap().as_slice(), &[(o.order_id.clone(), Duration::from_secs(4))]);
+    assert_eq!(w.status(&o).await, OrderStatus::PendingPayment);
+}
+
+#[tokio::test]
+async fn a_due_unpaid_order_closes_once_and_a_duplicate_wake_up_changes_nothing() {
+    let w = World::new().await;
+    let o = w.order(None).await;
+    w.clock.set(T0 + WINDOW_MS);
+    assert_eq!(w.closer().close(&o.order_id, "t").await.unwrap(), CloseOutcome::Closed);
+    let closed = w.store.order(&o.order_id).await.unwrap().unwrap();
+    assert_eq!(w.closer().close(&o.order_id, "t").await.unwrap(), CloseOutcome::AlreadyFinal(OrderStatus::Closed));
+    assert_eq!(w.store.order(&o.order_id).await.unwrap().unwrap(), closed, "no write on the duplicate");
+    let missing = OrderId::parse("ord_missing").unwrap();
+    assert_eq!(w.closer().close(&missing, "t").await.unwrap(), CloseOutcome::NotFound);
+}
+
+#[tokio::test]
+async fn two_closers_racing_close_once() {
+    let w = World::new().await;
+    let o = w.order(None).await;
+    w.clock.set(T0 + WINDOW_MS);
+    let (c1, c2) = (w.closer(), w.closer());
+    let (a, b) = tokio::join!(c1.close(&o.order_id, "a"), c2.close(&o.order_id, "b"));
+    let outcomes = [a.unwrap(), b.unwrap()];
+    assert_eq!(outcomes.iter().filter(|o| **o == CloseOutcome::Closed).count(), 1, "{outcomes:?}");
+    assert!(outcomes.contains(&CloseOutcome::AlreadyFinal(OrderStatus::Closed)));
+}
+
+#[tokio::test]
+async fn closing_finds_the_channel_paid_and_converges_to_paid_releasing_nothing() {
+    let w = World::new().await;
+    let (o, a) = w.with_attempt(&w.order(None).await).await;
+    w.channel.answer(&a.payment_id, Some(ChannelPayment::Succeeded { channel_txn_id: "tx1".into(), amount: a.amount, currency: "EUR".into() }));
+    w.clock.set(T0 + WINDOW_MS + 1);
+    assert_eq!(w.closer().close(&o.order_id, "t").await.unwrap(), CloseOutcome::Paid);
+    let rec = w.store.order_record(&o.order_id).await.unwrap().unwrap();
+    assert_eq!(rec.order.status, OrderStatus::Paid);
+    assert_eq!(rec.payments[0].status, PaymentStatus::Succeeded);
+    assert!(rec.order.history.iter().any(|h| h.to == OrderStatus::Closing), "went through CLOSING");
+    let report = release_order(&w.store, &w.clock, &o.order_id).await.unwrap();
+    assert_eq!((report.moved, report.refused), (0, 1), "a PAID order is never released");
+    assert_eq!(w.available().await, 7);
+}
+
+#[tokio::test]
+async fn an_unknown_payment_state_holds_the_order_in_closing_and_releases_nothing() {
+    let w = World::new().await;
+    let (o, a) = w.with_attempt(&w.order(None).await).await;
+    w.channel.answer(&a.payment_id, None); // the channel times out
+    w.clock.set(T0 + WINDOW_MS + 1);
+    let out = w.closer().close(&o.order_id, "t").await.unwrap();
+    assert_eq!(out, CloseOutcome::RemindedLater { after: Duration::from_secs(5), why: "payment state unknown" });
+    let rec = w.store.order_record(&o.order_id).await.unwrap().unwrap();
+    assert_eq!(rec.order.status, OrderStatus::Closing);
+    assert_eq!(rec.payments[0].status, PaymentStatus::Unknown);
+    assert!(!rec.payments[0].evidence.is_empty(), "the failed query is on record");
+    assert_eq!(release_order(&w.store, &w.clock, &o.order_id).await.unwrap().moved, 0);
+    assert_eq!(w.available().await, 7);
+    // A payment for a CLOSING order is still accepted: the success wins.
+    let closing = w.store.order(&o.order_id).await.unwrap().unwrap();
+    let ev = Evidence { at: w.clock.now(), source: "notification".into(), status: PaymentStatus::Succeeded, detail: None };
+    assert_eq!(w.store.settle_success(&closing, &a, "tx", ev, None, "").await.unwrap(), SettleResult::Paid);
+    w.clock.set(T0 + WINDOW_MS + 60_000);
+    assert_eq!(w.closer().close(&o.order_id, "t").await.unwrap(), CloseOutcome::AlreadyFinal(OrderStatus::Paid));
+}
+
+#[tokio::test]
+async fn a_confirmed_unpaid_order_closes_and_its_stock_and_coupon_return_once() {
+    let w = World::new().await;
+    let valid = Coupon { coupon_id: CouponId::parse("C1").unwrap(), user_id: UserId::parse("u1").unwrap(), valid_until: Timestamp::from_unix_millis(T0 + 10 * WINDOW_MS), state: CouponState::Available, locked_by: None, reason: None };
+    w.store.put_coupon(&valid).await.unwrap();
+    let (o, a) = w.with_attempt(&w.order(Some("C1")).await).await;
+    w.channel.answer(&a.payment_id, Some(ChannelPayment::Failed));
+    w.clock.set(T0 + WINDOW_MS);
+    assert_eq!(w.closer().close(&o.order_id, "t").await.unwrap(), CloseOutcome::Closed);
+    assert_eq!(w.available().await, 7, "closing alone releases nothing; the stream does");
+    let r1 = release_order(&w.store, &w.clock, &o.order_id).await.unwrap();
+    let r2 = release_order(&w.store, &w.clock, &o.order_id).await.unwrap();
+    assert_eq!((r1.moved, r1.already), (2, 0), "reservation and coupon lock");
+    assert_eq!((r2.moved, r2.already), (0, 2), "a duplicate record moves nothing");
+    assert_eq!(w.available().await, 10);
+    let c = w.store.coupon(&valid.coupon_id).await.unwrap().unwrap();
+    assert_eq!(c.state, CouponState::Available);
+}
+
+#[tokio::test]
+async fn a_coupon_whose_validity_passed_is_released_as_expired() {
+    let w = World::new().await;
+    let c = Coupon { coupon_id: CouponId::parse("SHORT").unwrap(), user_id: UserId::parse("u1").unwrap(), valid_until: Timestamp::from_unix_millis(T0 + 1000), state: CouponState::Available, locked_by: None, reason: None };
+    w.store.put_coupon(&c).await.unwrap();
+    let o = w.order(Some("SHORT")).await;
+    w.clock.set(T0 + WINDOW_MS);
+    w.closer().close(&o.order_id, "t").await.unwrap();
+    release_order(&w.store, &w.clock, &o.order_id).await.unwrap();
+    let after = w.store.coupon(&c.coupon_id).await.unwrap().unwrap();
+    assert_eq!(after.state, CouponState::Expired);
+    assert!(after.reason.unwrap().contains("validity"));
+}
+
+#[tokio::test]
+async fn a_lease_that_expires_mid_close_is_resumed_from_closing() {
+    let w = World::new().await;
+    let (o, a) = w.with_attempt(&w.order(None).await).await;
+    // A closer claims CLOSING and dies before deciding.
+    let due = o.expire_at;
+    let lease = ClosingLease { started_at: due, owner: "dead".into(), lease_until: due.plus(Duration::from_secs(30)) };
+    assert_eq!(w.store.begin_closing(&o, &lease, due).await.unwrap(), Cas::Applied);
+    w.channel.answer(&a.payment_id, Some(ChannelPayment::NotFound));
+    w.clock.set(due.unix_millis() + 10_000);
+    let held = w.closer().close(&o.order_id, "next").await.unwrap();
+    assert_eq!(held, CloseOutcome::RemindedLater { after: Duration::from_secs(20), why: "another closer holds the lease" });
+    w.clock.set(due.unix_millis() + 30_000);
+    assert_eq!(w.closer().close(&o.order_id, "next").await.unwrap(), CloseOutcome::Closed);
+    let rec = w.store.order_record(&o.order_id).await.unwrap().unwrap();
+    assert!(rec.order.history.iter().any(|h| h.cause.contains("resumed")), "{:?}", rec.order.history);
+    assert!(rec.order.history.iter().all(|h| h.to != OrderStatus::PendingPayment || h.from.is_none()), "never reopened");
+}
+
+#[tokio::test]
+async fn settling_a_paid_order_confirms_stock_uses_the_coupon_and_cancels_the_wake_up() {
+    let w = World::new().await;
+    let c = Coupon { coupon_id: CouponId::parse("C2").unwrap(), user_id: UserId::parse("u1").unwrap(), valid_until: Timestamp::from_unix_millis(T0 + 10 * WINDOW_MS), state: CouponState::Available, locked_by: None, reason: None };
+    w.store.put_coupon(&c).await.unwrap();
+    let (o, a) = w.with_attempt(&w.order(Some("C2")).await).await;
+    let ev = Evidence { at: w.clock.now(), source: "n".into(), status: PaymentStatus::Succeeded, detail: None };
+    w.store.settle_success(&o, &a, "tx-settle", ev, None, "").await.unwrap();
+    let wakeups = RecordedWakeUps::default();
+    let r = settle_order(&w.store, &wakeups, &w.clock, &o.order_id).await.unwrap();
+    assert_eq!((r.moved, r.refused), (2, 0));
+    let again = settle_order(&w.store, &wakeups, &w.clock, &o.order_id).await.unwrap();
+    assert_eq!((again.moved, again.already), (0, 2));
+    let stock = w.store.stock(&Sku::parse("A").unwrap()).await.unwrap().unwrap();
+    assert_eq!((stock.available, stock.reserved), (7, 0), "sold, not returned");
+    assert_eq!(w.store.coupon(&c.coupon_id).await.unwrap().unwrap().state, CouponState::Used);
+    assert_eq!(wakeups.0.lock().unwrap().iter().filter(|e| e.starts_with("cancel")).count(), 2);
+}
+
+struct FailingRefunds;
+#[async_trait::async_trait]
+impl PaymentChannel for FailingRefunds {
+    async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<(), Unavailable> {
+        Ok(())
+    }
+    async fn query(&self, _: &PaymentId) -> Result<ChannelPayment, Unavailable> {
+        Ok(ChannelPayment::NotFound)
+    }
+    async fn refund(&self, _: &PaymentId, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
+        Ok(RefundResult::Failed("declined".into()))
+    }
+}
+
+#[tokio::test]
+async fn refunds_complete_once_and_give_up_after_bounded_tries() {
+    let w = World::new().await;
+    let (o, a) = w.with_attempt(&w.order(None).await).await;
+    // Close for real, then let a late success arrive.
+    w.clock.set(T0 + WINDOW_MS);
+    let lease = ClosingLease { started_at: o.expire_at, owner: "w".into(), lease_until: o.expire_at };
+    w.store.begin_closing(&o, &lease, o.expire_at).await.unwrap();
+    let closing = w.store.order(&o.order_id).await.unwrap().unwrap();
+    w.store.close_after_check(&closing, w.clock.now(), "t").await.unwrap();
+    let closed = w.store.order(&o.order_id).await.unwrap().unwrap();
+    let ev = Evidence { at: w.clock.now(), source: "n".into(), status: PaymentStatus::Succeeded, detail: None };
+    assert_eq!(w.store.settle_success(&closed, &a, "tx-late", ev, None, "notice").await.unwrap(), SettleResult::RefundPending);
+
+    for i in 1..MAX_REFUND_TRIES {
+        let out = process_refund(&w.store, &FailingRefunds, &w.clock, &o.order_id, &a.payment_id).await.unwrap();
+        assert!(matches!(out, RefundOutcome::RetryAfter(_)), "try {i}: {out:?}");
+    }
+    assert_eq!(process_refund(&w.store, &FailingRefunds, &w.clock, &o.order_id, &a.payment_id).await.unwrap(), RefundOutcome::GaveUp);
+    assert_eq!(w.store.refund(&o.order_id, &a.payment_id).await.unwrap().unwrap().status, RefundStatus::RefundFailed);
+    assert_eq!(process_refund(&w.store, &w.channel, &w.clock, &o.order_id, &a.payment_id).await.unwrap(), RefundOutcome::AlreadyDone);
+}
+
+#[tokio::test]
+async fn a_refund_is_sent_with_one_idempotency_key_and_recorded() {
+    let w = World::new().await;
+    let (o, a) = w.with_attempt(&w.order(None).await).await;
+    let ev = Evidence { at: w.clock.now(), source: "n".into(), status: PaymentStatus::Succeeded, detail: None };
+    w.store.settle_success(&o, &a, "tx-a", ev.clone(), None, "").await.unwrap();
+    let paid = w.store.order(&o.order_id).await.unwrap().unwrap();
+    // The same payment reported with a different view: nothing to refund.
+    assert_eq!(w.store.settle_success(&paid, &a, "tx-a", ev, None, "").await.unwrap(), SettleResult::Duplicate);
+    assert!(w.store.refund(&o.order_id, &a.payment_id).await.unwrap().is_none());
+    assert_eq!(process_refund(&w.store, &w.channel, &w.clock, &o.order_id, &a.payment_id).await.unwrap(), RefundOutcome::NotFound);
+    assert!(w.channel.refunds.lock().unwrap().is_empty());
+}
