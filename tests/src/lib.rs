@@ -344,3 +344,40 @@ pub mod fakes {
         }
     }
 }
+
+/// The payment window of the deployed test stack, in seconds.
+pub fn window_seconds() -> u64 {
+    std::env::var("PAYMENT_WINDOW_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(20)
+}
+
+/// How long an order may take from creation to a final state on the local
+/// stack: its window, the scheduler's 10 s tick, and generous slack for a
+/// loaded 2-core machine.
+pub fn settle_timeout() -> Duration {
+    Duration::from_secs(window_seconds() + 90)
+}
+
+/// A JSON order body for one SKU.
+pub fn order_body(user: &str, sku: &str, qty: u32, coupon: Option<&str>) -> Value {
+    let mut b = serde_json::json!({"user_id": user, "currency": "EUR", "items": [{"sku": sku, "qty": qty, "unit_price": 1299}]});
+    if let Some(c) = coupon {
+        b["coupon_id"] = serde_json::json!(c);
+    }
+    b
+}
+
+/// Sends a raw message to the close queue, as the scheduler or the sweep would.
+pub async fn send_close_message(order_id: &str) {
+    let sqs = aws_sdk_sqs::Client::new(&stack_config().await);
+    sqs.send_message()
+        .queue_url(stack_env("CLOSE_QUEUE_URL"))
+        .message_body(serde_json::json!({"order_id": order_id}).to_string())
+        .send()
+        .await
+        .expect("send close message");
+}
+
+/// The webhook secret of the local stack.
+pub fn webhook_secret() -> String {
+    std::env::var("WEBHOOK_SECRET").unwrap_or_else(|_| "local-webhook-secret".into())
+}

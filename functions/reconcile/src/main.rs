@@ -11,7 +11,8 @@ async fn main() -> Result<(), Error> {
     let config = sdk_config().await;
     let dynamo = aws_sdk_dynamodb::Client::new(&config);
     let store = DynamoStore::new(dynamo.clone(), env("TABLE_NAME")?);
-    let ledger = SandboxChannel::new(dynamo, env("SANDBOX_LEDGER_TABLE")?);
-    let (store, ledger) = (&store, &ledger);
+    let ledger_table = std::env::var("SANDBOX_LEDGER_TABLE").unwrap_or_default();
+    let ledger = (!ledger_table.is_empty()).then(|| SandboxChannel::new(dynamo, ledger_table));
+    let (store, ledger) = (&store, ledger.as_ref());
     lambda_runtime::run(service_fn(move |_: LambdaEvent<Value>| async move { run_reconcile(store, ledger).await })).await
 }

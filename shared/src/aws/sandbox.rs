@@ -17,6 +17,8 @@ use std::collections::HashMap;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Faults {
     /// `"timeout"`: queries fail as if the channel did not answer.
+    /// `"not_found"`: queries answer that the channel has no such payment
+    /// (a provider that lost or has not yet indexed it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query: Option<String>,
     /// How many refund calls fail before one succeeds.
@@ -184,8 +186,10 @@ impl PaymentChannel for SandboxChannel {
         let Some(e) = self.entry(payment_id).await? else {
             return Ok(ChannelPayment::NotFound);
         };
-        if e.faults.query.as_deref() == Some("timeout") {
-            return Err(Unavailable::new("sandbox query", "timed out (injected fault)"));
+        match e.faults.query.as_deref() {
+            Some("timeout") => return Err(Unavailable::new("sandbox query", "timed out (injected fault)")),
+            Some("not_found") => return Ok(ChannelPayment::NotFound),
+            _ => {}
         }
         Ok(match e.status {
             PaymentStatus::Succeeded => ChannelPayment::Succeeded {

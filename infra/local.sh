@@ -1,0 +1,321 @@
+#!/usr/bin/env bash
+# Local AWS for order-expiry: ministack (no Docker) + the SAM template + the
+# Rust functions built for the host. See `infra/local.sh --help`.
+set -euo pipefail
+
+usage() {
+  cat <<'USAGE'
+Usage: infra/local.sh <command>
+
+Commands
+  up      tools -> build -> start ministack -> put the webhook secret ->
+          deploy template.yaml -> write .local/stack.env -> print the API URL.
+          A running local stack is stopped first, so `up` always starts clean.
+  down    stop every process started under .local/ and delete .local/
+  status  show what is running and the stack outputs
+  build   only build the function binaries (cargo build --workspace --bins)
+  logs    follow the ministack log (function stdout/stderr appears there)
+  demo    run the demo against a running stack (hook: run_demo)
+
+Environment (defaults in brackets)
+  STACK_NAME [order-expiry]          CloudFormation stack name
+  PAYMENT_WINDOW_SECONDS [30]        order payment window for the local stack
+  GATEWAY_PORT [4566]                ministack port (bound to 127.0.0.1)
+  AWS_REGION [us-east-1]
+  WEBHOOK_SECRET [local-webhook-secret]  value put into the SSM parameter
+  WEBHOOK_SECRET_PARAMETER [/order-expiry/webhook-secret]
+  MERCHANT_ID [merchant-local]       LOG_LEVEL [info]  (RUST_LOG of the functions)
+  STREAM_MAX_RECORD_AGE_SECONDS [60] stream mappings' MaximumRecordAgeInSeconds
+  SKIP_TOOLS=1 / SKIP_BUILD=1        skip those steps (used by infra/test.sh)
+  LOCAL_EMULATOR [ministack]         'external' = do not start ministack; deploy to the
+                                     emulator at $AWS_ENDPOINT_URL (e.g. LocalStack)
+  API_BASE_URL_TEMPLATE              external only; local API URL with an {apiId}
+                                     placeholder [http://{apiId}.execute-api.localhost.localstack.cloud:4566]
+
+State: .local/ (pid files, ministack.log, stack.env, ministack's temp dir).
+USAGE
+}
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+STACK_NAME="${STACK_NAME:-order-expiry}"
+PAYMENT_WINDOW_SECONDS="${PAYMENT_WINDOW_SECONDS:-30}"
+GATEWAY_PORT="${GATEWAY_PORT:-4566}"
+REGION="${AWS_REGION:-us-east-1}"
+LOCAL_EMULATOR="${LOCAL_EMULATOR:-ministack}"
+case "$LOCAL_EMULATOR" in
+  ministack) ENDPOINT="http://127.0.0.1:${GATEWAY_PORT}" ;;
+  external) ENDPOINT="${AWS_ENDPOINT_URL:-http://localhost.localstack.cloud:4566}" ;;
+  *) echo "LOCAL_EMULATOR must be ministack or external" >&2; exit 2 ;;
+esac
+WEBHOOK_SECRET="${WEBHOOK_SECRET:-local-webhook-secret}"
+WEBHOOK_SECRET_PARAMETER="${WEBHOOK_SECRET_PARAMETER:-/order-expiry/webhook-secret}"
+MERCHANT_ID="${MERCHANT_ID:-merchant-local}"
+LOG_LEVEL="${LOG_LEVEL:-info}"
+# ministack retries a failing stream batch (function error) every ~1 s until the
+# record is this old, then sends it to StreamFailureQueue; it ignores
+# MaximumRetryAttempts and BisectBatchOnFunctionError for streams.
+STREAM_MAX_RECORD_AGE_SECONDS="${STREAM_MAX_RECORD_AGE_SECONDS:-60}"
+STATE="$ROOT/.local"
+# The HTTP API id is pinned (ministack's ms-custom-id tag, template parameter
+# LocalApiId) so the local API URL is known before the stack exists and the
+# stack deploys in one pass with ApiBaseUrlOverride already set.
+LOCAL_API_ID="$(printf '%s' "$STACK_NAME" | tr 'A-Z' 'a-z' | tr -cd 'a-z0-9' | cut -c1-10)"
+[[ -n "$LOCAL_API_ID" ]] || LOCAL_API_ID="orders"
+API_BASE_URL="${ENDPOINT}/_aws/execute-api/${LOCAL_API_ID}"
+LOCALSTACK_API_URL_TEMPLATE='http://{apiId}.execute-api.localhost.localstack.cloud:4566'
+API_BASE_URL_TEMPLATE="${API_BASE_URL_TEMPLATE:-$LOCALSTACK_API_URL_TEMPLATE}"
+
+if [[ -t 1 ]]; then B=$'\033[1;36m' R=$'\033[1;31m' G=$'\033[1;32m' N=$'\033[0m'; else B='' R='' G='' N=''; fi
+say() { printf '%s[local]%s %s\n' "$B" "$N" "$*"; }
+ok()  { printf '%s[local]%s %s\n' "$G" "$N" "$*"; }
+die() { printf '%s[local] %s%s\n' "$R" "$*" "$N" >&2; exit 1; }
+
+# Dummy credentials and the emulator endpoint for every AWS client we run.
+aws_env() {
+  export AWS_ENDPOINT_URL="$ENDPOINT" AWS_REGION="$REGION" AWS_DEFAULT_REGION="$REGION"
+  export AWS_ACCESS_KEY_ID="${LOCAL_AWS_ACCESS_KEY_ID:-test}" AWS_SECRET_ACCESS_KEY="${LOCAL_AWS_SECRET_ACCESS_KEY:-test}"
+  unset AWS_SESSION_TOKEN AWS_PROFILE
+}
+
+target_dir() {
+  if [[ -n "${CARGO_TARGET_DIR:-}" ]]; then echo "$CARGO_TARGET_DIR"; else echo "$ROOT/target"; fi
+}
+
+# Function folders named by the template's CodeUri (target/lambda/<name>/).
+function_names() { grep -oE 'CodeUri: *target/lambda/[A-Za-z0-9_-]+' template.yaml | sed 's#.*/##'; }
+
+# ---------------------------------------------------------------- build
+# One `cargo build` of the workspace (debug, host target) produces every
+# bootstrap AND the dependency artifacts `cargo nextest run` reuses.
+# `cargo lambda build` uses --target x86_64-unknown-linux-gnu and its own
+# rustflags, i.e. a second, separate dependency build: it is kept for AWS only.
+build() {
+  local t0=$SECONDS
+  say "building functions: cargo build --workspace --bins (debug, host)"
+  cargo build --workspace --bins
+  local dir missing=0 name
+  dir="$(target_dir)/debug"
+  for name in $(function_names); do
+    [[ -x "$dir/$name" ]] || { echo "  missing binary $dir/$name" >&2; missing=1; }
+  done
+  (( missing == 0 )) || die "a function named in template.yaml has no binary (package/bin name must equal the CodeUri folder name)"
+  ok "build done in $((SECONDS - t0))s"
+}
+
+# ------------------------------------------------------------ processes
+pid_alive() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+# Stop one process we started (setsid => its pid is its process group id,
+# so its children - e.g. function bootstraps - go with it).
+stop_pidfile() {
+  local pf="$1" pid i
+  [[ -f "$pf" ]] || return 0
+  pid="$(cat "$pf")"
+  if kill -0 "$pid" 2>/dev/null; then
+    say "stopping $(basename "$pf" .pid) (pid $pid)"
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$pid" 2>/dev/null || true
+  fi
+  rm -f "$pf"
+}
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+start_ministack() {
+  local t0=$SECONDS i
+  port_busy "$GATEWAY_PORT" && die "port $GATEWAY_PORT is in use by a process not started from .local/ (stop it or set GATEWAY_PORT)"
+  mkdir -p "$STATE/tmp"
+  say "starting ministack on $ENDPOINT (log: .local/ministack.log)"
+  # AWS_ENDPOINT_URL in ministack's own environment is handed to the function
+  # processes, so the SDK inside each bootstrap calls back into the emulator.
+  # TMPDIR keeps ministack's unpacked function code under .local/.
+  (
+    aws_env
+    export GATEWAY_PORT BIND_HOST=127.0.0.1 MINISTACK_HOST=127.0.0.1 MINISTACK_REGION="$REGION" TMPDIR="$STATE/tmp"
+    exec setsid "$ROOT/.venv/bin/python" -m ministack >"$STATE/ministack.log" 2>&1 </dev/null
+  ) &
+  echo $! >"$STATE/ministack.pid"
+  for i in $(seq 1 100); do
+    if curl -fsS "$ENDPOINT/_ministack/health" >/dev/null 2>&1; then
+      ok "ministack ready in $((SECONDS - t0))s (pid $(cat "$STATE/ministack.pid"))"
+      return 0
+    fi
+    pid_alive "$STATE/ministack.pid" || { tail -20 "$STATE/ministack.log" >&2; die "ministack exited"; }
+    sleep 0.2
+  done
+  tail -20 "$STATE/ministack.log" >&2
+  die "ministack did not become healthy in 20s"
+}
+
+# -------------------------------------------------------------- deploy
+put_secret() {
+  say "putting SSM parameter $WEBHOOK_SECRET_PARAMETER (SecureString)"
+  aws_env
+  .venv/bin/python - "$WEBHOOK_SECRET_PARAMETER" "$WEBHOOK_SECRET" <<'PY'
+import sys, boto3
+boto3.client("ssm").put_parameter(Name=sys.argv[1], Value=sys.argv[2], Type="SecureString", Overwrite=True)
+PY
+}
+
+run_deploy() { # args: LocalApiId ApiBaseUrlOverride
+  .venv/bin/python infra/deploy.py \
+    --stack-name "$STACK_NAME" --template template.yaml \
+    --bootstrap-dir "$(target_dir)/debug" \
+    --param EnableSandboxChannel=true \
+    --param "PaymentWindowSeconds=$PAYMENT_WINDOW_SECONDS" \
+    --param "MerchantId=$MERCHANT_ID" \
+    --param "WebhookSecretParameterName=$WEBHOOK_SECRET_PARAMETER" \
+    --param "LogLevel=$LOG_LEVEL" \
+    --param "StreamMaxRecordAgeSeconds=$STREAM_MAX_RECORD_AGE_SECONDS" \
+    --param "LocalApiId=$1" \
+    --param "ApiBaseUrlOverride=$2" \
+    --outputs-env "$STATE/outputs.env"
+}
+
+deploy() {
+  local t0=$SECONDS api_id
+  aws_env
+  if [[ "$LOCAL_EMULATOR" == ministack ]]; then
+    # One pass: the API id is pinned, so the URL is known up front.
+    run_deploy "$LOCAL_API_ID" "$API_BASE_URL"
+    api_id="$(sed -n 's/^HTTP_API_ID=//p' "$STATE/outputs.env")"
+    [[ "$api_id" == "$LOCAL_API_ID" ]] || die "HTTP API id is '$api_id', expected the pinned '$LOCAL_API_ID'"
+  else
+    # Two passes: create, learn the API id, then set ApiBaseUrlOverride.
+    run_deploy "" ""
+    api_id="$(sed -n 's/^HTTP_API_ID=//p' "$STATE/outputs.env")"
+    API_BASE_URL="${API_BASE_URL_TEMPLATE//\{apiId\}/$api_id}"
+    say "API id $api_id -> $API_BASE_URL; updating ApiBaseUrlOverride"
+    run_deploy "" "$API_BASE_URL"
+  fi
+  {
+    echo "# written by infra/local.sh up - source with: set -a; . .local/stack.env; set +a"
+    echo "STACK_NAME=$STACK_NAME"
+    echo "AWS_ENDPOINT_URL=$ENDPOINT"
+    echo "AWS_REGION=$REGION"
+    echo "AWS_DEFAULT_REGION=$REGION"
+    echo "AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID"
+    echo "AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY"
+    echo "PAYMENT_WINDOW_SECONDS=$PAYMENT_WINDOW_SECONDS"
+    echo "MERCHANT_ID=$MERCHANT_ID"
+    echo "WEBHOOK_SECRET_PARAMETER=$WEBHOOK_SECRET_PARAMETER"
+    echo "WEBHOOK_SECRET=$WEBHOOK_SECRET"
+    # stack outputs, UPPER_SNAKE; the output ApiBaseUrl (AWS form) is renamed
+    grep -v '^API_BASE_URL=' "$STATE/outputs.env"
+    echo "API_BASE_URL_AWS_FORM=$(sed -n 's/^API_BASE_URL=//p' "$STATE/outputs.env")"
+    echo "API_BASE_URL=$API_BASE_URL"
+    echo "TABLE_NAME=$(sed -n 's/^ORDERS_TABLE_NAME=//p' "$STATE/outputs.env")"
+  } >"$STATE/stack.env"
+  rm -f "$STATE/outputs.env"
+  ok "stack $STACK_NAME deployed in $((SECONDS - t0))s; outputs in .local/stack.env"
+}
+
+# ---------------------------------------------------------------- demo
+# >>> run_demo: the lead's hook. Called by `infra/local.sh demo` with
+# .local/stack.env exported (API_BASE_URL, ORDERS_TABLE_NAME, ...).
+run_demo() {
+  echo "API base URL: $API_BASE_URL"
+  echo "TODO(lead): create orders through \$API_BASE_URL/orders and show them expire."
+}
+# <<< run_demo
+
+# ------------------------------------------------------------ commands
+cmd_up() {
+  local t0=$SECONDS
+  if pid_alive "$STATE/ministack.pid"; then
+    say "a local stack is running: stopping it first"
+  fi
+  stop_pidfile "$STATE/ministack.pid"
+  rm -rf "$STATE/tmp" "$STATE/stack.env" "$STATE/ministack.log"
+  mkdir -p "$STATE"
+  [[ "${SKIP_TOOLS:-0}" == 1 ]] || infra/tools.sh
+  [[ "${SKIP_BUILD:-0}" == 1 ]] || build
+  if [[ "$LOCAL_EMULATOR" == ministack ]]; then
+    start_ministack
+  else
+    curl -s -o /dev/null "$ENDPOINT" || die "no emulator answers at $ENDPOINT (LOCAL_EMULATOR=external)"
+    say "using the running emulator at $ENDPOINT"
+    delete_stack
+  fi
+  put_secret
+  deploy
+  ok "local stack up in $((SECONDS - t0))s"
+  echo
+  echo "API base URL: $API_BASE_URL"
+  echo "Outputs:      .local/stack.env   Logs: .local/ministack.log (infra/local.sh logs)"
+}
+
+delete_stack() {
+  aws_env
+  .venv/bin/python - "$STACK_NAME" <<'PY'
+import sys, time, boto3
+cfn = boto3.client("cloudformation")
+try:
+    cfn.describe_stacks(StackName=sys.argv[1])
+except Exception:
+    sys.exit(0)
+print(f"[local] deleting stack {sys.argv[1]}", flush=True)
+cfn.delete_stack(StackName=sys.argv[1])
+for _ in range(300):
+    try:
+        if cfn.describe_stacks(StackName=sys.argv[1])["Stacks"][0]["StackStatus"] == "DELETE_COMPLETE":
+            break
+    except Exception:
+        break
+    time.sleep(1)
+PY
+}
+
+cmd_down() {
+  local pf
+  if [[ "$LOCAL_EMULATOR" == external ]]; then delete_stack || true; fi
+  if [[ -d "$STATE" ]]; then
+    for pf in "$STATE"/*.pid; do [[ -e "$pf" ]] && stop_pidfile "$pf"; done
+    rm -rf "$STATE"
+  fi
+  ok "local stack down (.local/ removed)"
+}
+
+cmd_status() {
+  local pf
+  if [[ ! -d "$STATE" ]]; then echo "not running (no .local/)"; return 0; fi
+  for pf in "$STATE"/*.pid; do
+    [[ -e "$pf" ]] || continue
+    if pid_alive "$pf"; then echo "$(basename "$pf" .pid): running (pid $(cat "$pf"))"
+    else echo "$(basename "$pf" .pid): NOT running (stale pid file)"; fi
+  done
+  if pid_alive "$STATE/ministack.pid" || [[ "$LOCAL_EMULATOR" == external ]]; then
+    aws_env
+    .venv/bin/python - "$STACK_NAME" <<'PY' || true
+import sys, boto3
+try:
+    s = boto3.client("cloudformation").describe_stacks(StackName=sys.argv[1])["Stacks"][0]
+    print(f"stack {sys.argv[1]}: {s['StackStatus']}")
+except Exception as e:
+    print(f"stack {sys.argv[1]}: not found ({e.__class__.__name__})")
+PY
+  fi
+  [[ -f "$STATE/stack.env" ]] && { echo "--- .local/stack.env"; cat "$STATE/stack.env"; }
+  return 0
+}
+
+cmd_demo() {
+  [[ -f "$STATE/stack.env" ]] || die "no local stack: run infra/local.sh up first"
+  set -a; # shellcheck disable=SC1091
+  . "$STATE/stack.env"; set +a
+  run_demo
+}
+
+case "${1:-}" in
+  up) cmd_up ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
+  build) build ;;
+  logs) [[ -f "$STATE/ministack.log" ]] || die "no .local/ministack.log"; exec tail -n 200 -F "$STATE/ministack.log" ;;
+  demo) cmd_demo ;;
+  -h|--help|help) usage ;;
+  *) usage >&2; exit 2 ;;
+esac

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# The project's test command (README command 2, and what CI runs via .ci/run).
+set -euo pipefail
+
+usage() {
+  cat <<'USAGE'
+Usage: infra/test.sh [--help]
+
+  1. infra/tools.sh                  .venv + DynamoDB Local under .tools/
+  2. infra/local.sh build            cargo build --workspace --bins (debug)
+  3. cfn-lint template.yaml
+  4. DynamoDB Local on 127.0.0.1:8000 (in-memory)
+  5. infra/local.sh up               ministack + the stack (short payment window)
+  6. cargo nextest run --workspace --no-fail-fast with .local/stack.env exported,
+     DYNAMODB_LOCAL_ENDPOINT=http://127.0.0.1:8000, AWS_ENDPOINT_URL, AWS_REGION
+     and dummy credentials
+  7. always: infra/local.sh down
+
+Environment (defaults in brackets)
+  PAYMENT_WINDOW_SECONDS [20]   DYNAMODB_LOCAL_PORT [8000]
+  NEXTEST_ARGS [""]             extra arguments for cargo nextest run (e.g. a filter)
+  NEXTEST_NO_TESTS [fail]       nextest --no-tests action (fail|warn|pass)
+  KEEP_STACK=1                  do not tear down at the end (debugging)
+Exit status: non-zero if any step or any test fails.
+USAGE
+}
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" ]] && { usage; exit 0; }
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export PAYMENT_WINDOW_SECONDS="${PAYMENT_WINDOW_SECONDS:-20}"
+DDB_PORT="${DYNAMODB_LOCAL_PORT:-8000}"
+STATE="$ROOT/.local"
+if [[ -t 1 ]]; then B=$'\033[1;35m' R=$'\033[1;31m' G=$'\033[1;32m' N=$'\033[0m'; else B='' R='' G='' N=''; fi
+say() { printf '%s[test]%s %s\n' "$B" "$N" "$*"; }
+die() { printf '%s[test] %s%s\n' "$R" "$*" "$N" >&2; exit 1; }
+T0=$SECONDS
+step() { say "==> $*  [t+$((SECONDS - T0))s]"; }
+
+teardown() {
+  local rc=$?
+  if [[ "${KEEP_STACK:-0}" == 1 ]]; then
+    say "KEEP_STACK=1: leaving the local stack running (infra/local.sh down to stop)"
+  else
+    infra/local.sh down || true
+  fi
+  if (( rc == 0 )); then printf '%s[test] PASSED in %ss%s\n' "$G" "$((SECONDS - T0))" "$N"
+  else printf '%s[test] FAILED (exit %s) after %ss%s\n' "$R" "$rc" "$((SECONDS - T0))" "$N" >&2; fi
+  exit "$rc"
+}
+trap teardown EXIT
+trap 'exit 130' INT TERM
+
+command -v cargo-nextest >/dev/null || die "cargo-nextest not found (cargo install cargo-nextest --locked)"
+
+step "tools"
+infra/tools.sh
+
+step "build"
+infra/local.sh build
+
+step "cfn-lint template.yaml"
+.venv/bin/cfn-lint template.yaml
+say "cfn-lint: clean"
+
+step "DynamoDB Local on 127.0.0.1:$DDB_PORT"
+# A previous run's local stack (and its DynamoDB Local) is stopped first.
+infra/local.sh down >/dev/null
+mkdir -p "$STATE"
+ddb_answers() {
+  AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1 \
+    .venv/bin/python -c "import boto3,sys; boto3.client('dynamodb', endpoint_url=sys.argv[1]).list_tables()" \
+    "http://127.0.0.1:$DDB_PORT" >/dev/null 2>&1
+}
+if (exec 3<>"/dev/tcp/127.0.0.1/$DDB_PORT") 2>/dev/null; then
+  # Someone else's DynamoDB Local (e.g. a developer's): use it, never stop it.
+  ddb_answers || die "port $DDB_PORT is in use by something that is not DynamoDB"
+  say "reusing the DynamoDB Local already listening on port $DDB_PORT (not started here, will not be stopped)"
+else
+  (
+    cd .tools/dynamodb-local
+    exec setsid java -Djava.library.path=./DynamoDBLocal_lib -jar DynamoDBLocal.jar \
+      -inMemory -port "$DDB_PORT" >"$STATE/dynamodb-local.log" 2>&1 </dev/null
+  ) &
+  echo $! >"$STATE/dynamodb-local.pid"
+  for i in $(seq 1 150); do
+    # Any HTTP answer (DynamoDB Local says 400 to a bare GET) means it is listening.
+    curl -s -o /dev/null "http://127.0.0.1:$DDB_PORT/" && break
+    kill -0 "$(cat "$STATE/dynamodb-local.pid")" 2>/dev/null || { cat "$STATE/dynamodb-local.log" >&2; die "DynamoDB Local exited"; }
+    (( i == 150 )) && die "DynamoDB Local did not start in 30s"
+    sleep 0.2
+  done
+  say "DynamoDB Local ready"
+fi
+
+step "local stack (PAYMENT_WINDOW_SECONDS=$PAYMENT_WINDOW_SECONDS)"
+SKIP_TOOLS=1 SKIP_BUILD=1 infra/local.sh up
+
+step "cargo nextest run --workspace --no-fail-fast"
+set -a
+# shellcheck disable=SC1091
+. "$STATE/stack.env"
+set +a
+export DYNAMODB_LOCAL_ENDPOINT="http://127.0.0.1:$DDB_PORT"
+export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-test}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-test}"
+unset AWS_SESSION_TOKEN AWS_PROFILE
+mkdir -p target
+NEXTEST_LOG="target/nextest-last.log"
+set +e
+# shellcheck disable=SC2086
+cargo nextest run --workspace --no-fail-fast --no-tests="${NEXTEST_NO_TESTS:-fail}" ${NEXTEST_ARGS:-} 2>&1 | tee "$NEXTEST_LOG"
+rc=${PIPESTATUS[0]}
+set -e
+summary="$(grep -E '^ *Summary \[' "$NEXTEST_LOG" | tail -1 | sed 's/\x1b\[[0-9;]*m//g' | sed 's/^ *//')"
+say "tests: ${summary:-no nextest summary (see $NEXTEST_LOG)}"
+step "done"
+exit "$rc"

@@ -1,0 +1,44 @@
+//! The sample events in `events/` decode into the runtime's event types and
+//! into the domain records the handlers read from them.
+
+use aws_lambda_events::event::dynamodb::Event as StreamEvent;
+use aws_lambda_events::event::sqs::SqsEvent;
+use order_core::aws::queue::CloseMessage;
+use order_core::domain::{Order, OrderStatus};
+use order_core::handlers::streams::{order_of, refund_ids_of};
+
+fn event(name: &str) -> String {
+    std::fs::read_to_string(format!("{}/../events/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+#[test]
+fn stream_events_carry_decodable_orders() {
+    for (file, status) in [
+        ("schedule-wakeup.json", OrderStatus::PendingPayment),
+        ("release-order.json", OrderStatus::Closed),
+        ("settle-order.json", OrderStatus::Paid),
+    ] {
+        let e: StreamEvent = serde_json::from_str(&event(file)).unwrap();
+        let order: Order = order_of(&e.records[0]).unwrap();
+        assert_eq!(order.status, status, "{file}");
+        assert_eq!(order.order_id.as_str(), "ord_example");
+    }
+    let e: StreamEvent = serde_json::from_str(&event("refund-worker-stream.json")).unwrap();
+    let (o, p) = refund_ids_of(&e.records[0]).unwrap();
+    assert_eq!((o.as_str(), p.as_str()), ("ord_example", "pay_example"));
+}
+
+#[test]
+fn queue_events_carry_close_messages() {
+    let e: SqsEvent = serde_json::from_str(&event("close-order.json")).unwrap();
+    let msg: CloseMessage = serde_json::from_str(e.records[0].body.as_deref().unwrap()).unwrap();
+    assert_eq!(msg.order_id.as_str(), "ord_example");
+}
+
+#[test]
+fn http_events_decode_as_api_gateway_v2_requests() {
+    for f in ["create-order.json", "order-api-get-order.json", "order-api-start-payment.json", "order-api-put-stock.json", "payment-webhook.json", "sandbox-channel-settle.json"] {
+        let req: aws_lambda_events::event::apigw::ApiGatewayV2httpRequest = serde_json::from_str(&event(f)).unwrap();
+        assert!(req.route_key.is_some(), "{f}");
+    }
+}
