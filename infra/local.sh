@@ -217,8 +217,7 @@ deploy() {
 # >>> run_demo: the lead's hook. Called by `infra/local.sh demo` with
 # .local/stack.env exported (API_BASE_URL, ORDERS_TABLE_NAME, ...).
 run_demo() {
-  echo "API base URL: $API_BASE_URL"
-  echo "TODO(lead): create orders through \$API_BASE_URL/orders and show them expire."
+  .venv/bin/python infra/demo.py
 }
 # <<< run_demo
 
@@ -246,6 +245,10 @@ cmd_up() {
   echo
   echo "API base URL: $API_BASE_URL"
   echo "Outputs:      .local/stack.env   Logs: .local/ministack.log (infra/local.sh logs)"
+  if [[ "${DEMO:-1}" == 1 ]]; then
+    echo
+    cmd_demo
+  fi
 }
 
 delete_stack() {

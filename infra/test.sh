@@ -94,7 +94,7 @@ else
 fi
 
 step "local stack (PAYMENT_WINDOW_SECONDS=$PAYMENT_WINDOW_SECONDS)"
-SKIP_TOOLS=1 SKIP_BUILD=1 infra/local.sh up
+DEMO=0 SKIP_TOOLS=1 SKIP_BUILD=1 infra/local.sh up
 
 step "cargo nextest run --workspace --no-fail-fast"
 set -a

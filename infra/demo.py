@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""The local demo: seed stock and a coupon, create a few orders through the
+HTTP API, leave them unpaid, and watch them close at their expiry with the
+stock and the coupon returned. Reads .local/stack.env from the environment.
+
+Admin routes are AWS_IAM-authorised, so those calls are SigV4-signed (the
+emulator accepts any credentials, but like AWS it rejects unsigned calls).
+"""
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from datetime import datetime, timezone
+
+import botocore.auth
+import botocore.awsrequest
+import botocore.credentials
+
+BASE = os.environ["API_BASE_URL"].rstrip("/")
+REGION = os.environ.get("AWS_REGION", "us-east-1")
+CREDS = botocore.credentials.Credentials(
+    os.environ.get("AWS_ACCESS_KEY_ID", "test"), os.environ.get("AWS_SECRET_ACCESS_KEY", "test")
+)
+TTY = sys.stdout.isatty()
+CYAN, RESET = ("\033[1;36m", "\033[0m") if TTY else ("", "")
+
+
+def say(msg):
+    print(f"{CYAN}[demo]{RESET} {msg}", flush=True)
+
+
+def call(method, path, body=None, headers=None, signed=False):
+    url = BASE + path
+    data = json.dumps(body).encode() if body is not None else None
+    hs = {"content-type": "application/json", **(headers or {})}
+    if signed:
+        req = botocore.awsrequest.AWSRequest(method=method, url=url, data=data, headers=hs)
+        botocore.auth.SigV4Auth(CREDS, "execute-api", REGION).add_auth(req)
+        hs = dict(req.headers.items())
+    req = urllib.request.Request(url, data=data, method=method, headers=hs)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def must(status_body, want):
+    status, body = status_body
+    if status != want:
+        sys.exit(f"[demo] unexpected HTTP {status}: {json.dumps(body)}")
+    return body
+
+
+def parse(ts):
+    return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+
+
+def main():
+    run = uuid.uuid4().hex[:6]
+    sku, coupon = f"DEMO-MUG-{run}", f"DEMO-WELCOME-{run}"
+    window = os.environ.get("PAYMENT_WINDOW_SECONDS", "?")
+    say(f"API base URL {BASE}; payment window {window}s")
+    stock = must(call("PUT", f"/admin/skus/{sku}", {"available": 5}, signed=True), 200)
+    say(f"seeded stock {sku}: {stock}")
+    must(call("PUT", f"/admin/coupons/{coupon}", {"user_id": "alice", "valid_until": "2099-01-01T00:00:00Z"}, signed=True), 200)
+    say(f"seeded coupon {coupon} for alice")
+
+    orders = []
+    for user, qty, cpn in [("alice", 2, coupon), ("bob", 1, None), ("carol", 2, None)]:
+        body = {"user_id": user, "currency": "EUR", "items": [{"sku": sku, "qty": qty, "unit_price": 1299}]}
+        if cpn:
+            body["coupon_id"] = cpn
+        o = must(call("POST", "/orders", body, {"Idempotency-Key": f"demo-{run}-{user}"}), 201)
+        orders.append(o)
+        say(f"created {o['order_id']} for {user}: {qty} x {sku}, {o['amount_total']} {o['currency']}, expires {o['expire_at']}")
+    over = call("POST", "/orders", {"user_id": "dave", "currency": "EUR", "items": [{"sku": sku, "qty": 1, "unit_price": 1299}]},
+                {"Idempotency-Key": f"demo-{run}-dave"})
+    say(f"a sixth unit is refused: HTTP {over[0]} {over[1]['error']['code']}")
+    say(f"stock now {must(call('GET', f'/admin/skus/{sku}', signed=True), 200)}; coupon "
+        f"{must(call('GET', f'/admin/coupons/{coupon}', signed=True), 200)['state']}")
+
+    say("leaving the orders unpaid; waiting for their wake-ups ...")
+    deadline = time.time() + int(window if window.isdigit() else 30) + 120
+    pending = {o["order_id"] for o in orders}
+    while pending and time.time() < deadline:
+        for oid in sorted(pending):
+            view = must(call("GET", f"/orders/{oid}"), 200)
+            if view["status"] == "CLOSED":
+                pending.discard(oid)
+                hist = must(call("GET", f"/admin/orders/{oid}", signed=True), 200)["history"]
+                closed_at = next(h["at"] for h in hist if h["to"] == "CLOSED")
+                lag = (parse(closed_at) - parse(view["expire_at"])).total_seconds()
+                say(f"{oid} CLOSED at {closed_at} ({lag:.1f}s after expire_at)")
+        if pending:
+            time.sleep(2)
+    if pending:
+        sys.exit(f"[demo] not closed in time: {sorted(pending)} (see infra/local.sh logs)")
+
+    while time.time() < deadline:
+        s = must(call("GET", f"/admin/skus/{sku}", signed=True), 200)
+        c = must(call("GET", f"/admin/coupons/{coupon}", signed=True), 200)
+        if s["available"] == 5 and s["reserved"] == 0 and c["state"] == "AVAILABLE":
+            break
+        time.sleep(1)
+    else:
+        sys.exit("[demo] stock or coupon not released in time")
+    say(f"stock restored: {s}; coupon {coupon}: {c['state']} ({c.get('reason', '')})")
+    for o in orders:
+        v = must(call("GET", f"/orders/{o['order_id']}"), 200)
+        items = ", ".join(f"{i['sku']} x{i['qty']} {i['reservation']}" for i in v["items"])
+        say(f"{v['order_id']}: {v['status']}; {items}{'; coupon ' + v['coupon']['state'] if 'coupon' in v else ''}")
+    say("done. The stack keeps running: try the API yourself, e.g.")
+    print(f"  curl -s {BASE}/orders/{orders[0]['order_id']}")
+    print(f"  curl -s -X POST {BASE}/orders -H 'Idempotency-Key: my-key-1' -H 'content-type: application/json' \\")
+    print(f"       -d '{{\"user_id\":\"me\",\"currency\":\"EUR\",\"items\":[{{\"sku\":\"{sku}\",\"qty\":1,\"unit_price\":1299}}]}}'")
+    print("  infra/local.sh down    # stop it")
+
+
+if __name__ == "__main__":
+    main()
