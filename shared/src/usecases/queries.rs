@@ -53,6 +53,7 @@ pub fn admin_order_view(r: &OrderRecord) -> Value {
     v["expiry_rule_version"] = json!(o.expiry_rule_version);
     v["payment_attempts"] = json!(o.payment_attempts);
     v["closing"] = json!(o.closing);
+    v["paid_by"] = json!(o.paid_by);
     v["history"] = json!(o.history);
     v["reservations"] = json!(r.reservations);
     v["coupon_lock"] = json!(r.coupon_lock);

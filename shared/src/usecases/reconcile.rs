@@ -145,3 +145,160 @@ pub fn reconcile(records: &[OrderRecord], ledger: &[LedgerEntry]) -> Report {
     }
     Report { orders_checked: records.len(), payments_checked, refunds_pending, counts, discrepancies: out }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aws::sandbox::Faults;
+    use crate::store::{PaymentAttempt, Refund, Reservation};
+
+    fn order(id: &str, status: OrderStatus, paid_by: Option<&str>) -> Order {
+        Order {
+            order_id: OrderId::parse(id).unwrap(),
+            user_id: UserId::parse("u").unwrap(),
+            status,
+            version: 3,
+            currency: Currency::parse("EUR").unwrap(),
+            items: vec![],
+            amount_total: 500,
+            coupon_id: None,
+            created_at: Timestamp::from_unix_millis(0),
+            expire_at: Timestamp::from_unix_millis(1),
+            expiry_rule_version: "v".into(),
+            payment_attempts: 1,
+            closing: None,
+            paid_by: paid_by.map(|p| PaymentId::parse(p).unwrap()),
+            history: vec![],
+        }
+    }
+
+    fn attempt(order: &str, pay: &str, status: PaymentStatus) -> PaymentAttempt {
+        PaymentAttempt {
+            payment_id: PaymentId::parse(pay).unwrap(),
+            order_id: OrderId::parse(order).unwrap(),
+            channel: ChannelName::parse("sandbox").unwrap(),
+            amount: 500,
+            currency: Currency::parse("EUR").unwrap(),
+            status,
+            channel_txn_id: None,
+            created_at: Timestamp::from_unix_millis(0),
+            evidence: vec![],
+        }
+    }
+
+    fn ledger(order: &str, pay: &str, status: PaymentStatus, refunded: bool) -> LedgerEntry {
+        LedgerEntry {
+            payment_id: PaymentId::parse(pay).unwrap(),
+            order_id: OrderId::parse(order).unwrap(),
+            merchant_id: "m".into(),
+            amount: 500,
+            currency: Currency::parse("EUR").unwrap(),
+            status,
+            channel_txn_id: Some(format!("t-{pay}")),
+            refund_id: refunded.then(|| format!("r-{pay}")),
+            refunded_amount: if refunded { 500 } else { 0 },
+            faults: Faults::default(),
+        }
+    }
+
+    fn refund(order: &str, pay: &str, status: RefundStatus) -> Refund {
+        Refund {
+            payment_id: PaymentId::parse(pay).unwrap(),
+            order_id: OrderId::parse(order).unwrap(),
+            channel: ChannelName::parse("sandbox").unwrap(),
+            amount: 500,
+            currency: Currency::parse("EUR").unwrap(),
+            status,
+            reason: "late".into(),
+            tries: 0,
+            created_at: Timestamp::from_unix_millis(0),
+            refunded_at: None,
+            channel_refund_id: None,
+            last_error: None,
+            notification: "n".into(),
+        }
+    }
+
+    fn record(o: Order, payments: Vec<PaymentAttempt>, refunds: Vec<Refund>, released: bool) -> OrderRecord {
+        let reservations = vec![Reservation {
+            sku: Sku::parse("A").unwrap(),
+            qty: 1,
+            status: if released { ReservationStatus::Released } else { ReservationStatus::Confirmed },
+        }];
+        OrderRecord { order: o, reservations, coupon_lock: None, payments, refunds }
+    }
+
+    #[test]
+    fn clean_paid_and_refunded_late_orders_report_nothing() {
+        let records = vec![
+            record(order("o1", OrderStatus::Paid, Some("p1")), vec![attempt("o1", "p1", PaymentStatus::Succeeded)], vec![], false),
+            record(
+                order("o2", OrderStatus::Closed, None),
+                vec![attempt("o2", "p2", PaymentStatus::Succeeded)],
+                vec![refund("o2", "p2", RefundStatus::Refunded)],
+                true,
+            ),
+            record(order("o3", OrderStatus::Closed, None), vec![attempt("o3", "p3", PaymentStatus::Failed)], vec![], true),
+        ];
+        let ledger = vec![
+            ledger("o1", "p1", PaymentStatus::Succeeded, false),
+            ledger("o2", "p2", PaymentStatus::Succeeded, true),
+            ledger("o3", "p3", PaymentStatus::Failed, false),
+        ];
+        let report = reconcile(&records, &ledger);
+        assert_eq!(report.discrepancies, vec![], "{report:?}");
+        assert_eq!((report.orders_checked, report.payments_checked), (3, 3));
+    }
+
+    #[test]
+    fn each_kind_is_reported() {
+        let mut mismatched = ledger("o3", "p3", PaymentStatus::Succeeded, false);
+        mismatched.amount = 499;
+        let records = vec![
+            record(order("o1", OrderStatus::PendingPayment, None), vec![attempt("o1", "p1", PaymentStatus::Processing)], vec![], false),
+            record(order("o2", OrderStatus::Paid, Some("p2")), vec![attempt("o2", "p2", PaymentStatus::Succeeded)], vec![], false),
+            record(order("o3", OrderStatus::Paid, Some("p3")), vec![attempt("o3", "p3", PaymentStatus::Succeeded)], vec![], false),
+            record(order("o4", OrderStatus::Closed, None), vec![attempt("o4", "p4", PaymentStatus::Succeeded)], vec![], true),
+            record(
+                order("o5", OrderStatus::Closed, None),
+                vec![attempt("o5", "p5", PaymentStatus::Succeeded)],
+                vec![refund("o5", "p5", RefundStatus::Refunded)],
+                true,
+            ),
+            record(order("o6", OrderStatus::Paid, Some("p6")), vec![attempt("o6", "p6", PaymentStatus::Succeeded)], vec![], true),
+        ];
+        let ledger = vec![
+            ledger("o1", "p1", PaymentStatus::Succeeded, false),
+            ledger("o2", "p2", PaymentStatus::Processing, false),
+            mismatched,
+            ledger("o4", "p4", PaymentStatus::Succeeded, false),
+            ledger("o5", "p5", PaymentStatus::Succeeded, false),
+            ledger("o6", "p6", PaymentStatus::Succeeded, false),
+        ];
+        let report = reconcile(&records, &ledger);
+        let has = |kind: &str, order: &str| report.discrepancies.iter().any(|d| d.kind == kind && d.order_id == order);
+        assert!(has("channel_success_order_unpaid", "o1"));
+        assert!(has("order_paid_without_channel_success", "o2"));
+        assert!(has("amount_mismatch", "o3"));
+        assert!(has("success_after_close_without_refund", "o4"));
+        assert!(has("funds_identity_violation", "o4"));
+        assert!(has("refund_state_mismatch", "o5"));
+        assert!(has("reservation_released_on_paid_order", "o6"));
+        for kind in KINDS {
+            assert!(report.counts[kind] >= 1, "{kind}: {report:?}");
+        }
+    }
+
+    #[test]
+    fn a_pending_refund_defers_the_funds_identity() {
+        let records = vec![record(
+            order("o1", OrderStatus::Closed, None),
+            vec![attempt("o1", "p1", PaymentStatus::Succeeded)],
+            vec![refund("o1", "p1", RefundStatus::RefundPending)],
+            true,
+        )];
+        let report = reconcile(&records, &[ledger("o1", "p1", PaymentStatus::Succeeded, false)]);
+        assert_eq!(report.discrepancies, vec![]);
+        assert_eq!(report.refunds_pending, 1);
+    }
+}
