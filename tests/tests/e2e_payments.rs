@@ -116,6 +116,7 @@ async fn a_callback_that_commits_first_wins_and_the_close_backs_off() {
     assert!(admin["history"].as_array().unwrap().iter().all(|h| h["to"] != "CLOSING" && h["to"] != "CLOSED"), "{admin}");
     assert_eq!(p.stock().await, (2, 0));
     assert_eq!(admin["refunds"], json!([]));
+    assert_reconciled(&p.order_id).await;
 }
 
 #[tokio::test]
@@ -132,6 +133,7 @@ async fn the_close_reaches_closing_and_the_channel_says_paid_so_the_order_is_pai
     assert_eq!(path, ["PENDING_PAYMENT", "CLOSING", "PAID"], "{admin}");
     assert!(admin["payments"][0]["evidence"].as_array().unwrap().iter().any(|e| e["source"] == "channel_query"));
     eventually("stock sold", Duration::from_secs(60), || async { (p.stock().await == (2, 0)).then_some(()) }).await;
+    assert_reconciled(&p.order_id).await;
 }
 
 #[tokio::test]
@@ -163,7 +165,8 @@ async fn a_real_success_after_close_is_refunded_exactly_once_even_delivered_thre
     eventually("stock released", Duration::from_secs(60), || async { (p.stock().await == (3, 0)).then_some(()) }).await;
 
     // Then the money does move, and the provider notifies three times at once.
-    let r = p.api.settle(&p.payment_id, &json!({"outcome": "SUCCEEDED", "notify": false, "faults": {}})).await;
+    // The channel will reject the first refund call: the worker must retry.
+    let r = p.api.settle(&p.payment_id, &json!({"outcome": "SUCCEEDED", "notify": false, "faults": {"refund_failures": 1}})).await;
     assert_eq!(r.status, 200, "{r:?}");
     let replies = futures::future::join_all((0..3).map(|i| {
         let p = &p;
@@ -188,8 +191,54 @@ async fn a_real_success_after_close_is_refunded_exactly_once_even_delivered_thre
     assert!(refunded["refunds"][0]["notification"].as_str().unwrap().contains("refunded"));
     assert_eq!(refunded["payments"][0]["status"], "SUCCEEDED");
     assert_eq!(p.stock().await, (3, 0), "the released stock stays released");
+    assert_eq!(refunded["refunds"][0]["tries"], 1, "one failed try before the refund went through: {refunded}");
+    assert!(refunded["refunds"][0]["last_error"].as_str().unwrap().contains("injected"));
     let view = p.api.get_order(&p.order_id).await.body;
     assert_eq!(view["refunds"][0]["status"], "REFUNDED");
+    // Closed, paid once, refunded once: paid − refunded = 0.
+    assert_reconciled(&p.order_id).await;
+}
+
+#[tokio::test]
+async fn a_closing_lease_left_by_a_crashed_closer_is_resumed_never_reopened() {
+    let p = order_with_payment("lease", None, "crash").await;
+    p.api.settle(&p.payment_id, &json!({"outcome": "FAILED", "notify": false})).await;
+    // A closer took CLOSING and died: its lease has run out.
+    let table = stack_env("TABLE_NAME");
+    let ddb = aws_sdk_dynamodb::Client::new(&stack_config().await);
+    let lease = Av::M(
+        [
+            ("started_at".to_owned(), Av::S("2026-01-01T00:00:00.000Z".into())),
+            ("owner".to_owned(), Av::S("crashed-closer".into())),
+            ("lease_until".to_owned(), Av::S("2026-01-01T00:01:00.000Z".into())),
+        ]
+        .into(),
+    );
+    ddb.update_item()
+        .table_name(&table)
+        .key("pk", Av::S(format!("ORDER#{}", p.order_id)))
+        .key("sk", Av::S("ORDER".into()))
+        .update_expression("SET #s = :closing, closing = :lease, version = version + :one")
+        .condition_expression("#s = :pending")
+        .expression_attribute_names("#s", "status")
+        .expression_attribute_values(":closing", Av::S("CLOSING".into()))
+        .expression_attribute_values(":pending", Av::S("PENDING_PAYMENT".into()))
+        .expression_attribute_values(":lease", lease)
+        .expression_attribute_values(":one", Av::N("1".into()))
+        .send()
+        .await
+        .unwrap();
+    // Payment is closed to new attempts while CLOSING.
+    assert_eq!(p.api.start_payment(&p.order_id).await.error_code(), "order_not_payable");
+    send_close_message(&p.order_id).await;
+    p.wait("CLOSED").await;
+    let admin = p.admin().await;
+    assert_eq!(admin["closing"]["owner"].as_str().map(|o| o != "crashed-closer"), Some(true), "{admin}");
+    let causes: Vec<&str> = admin["history"].as_array().unwrap().iter().map(|h| h["cause"].as_str().unwrap()).collect();
+    assert!(causes.iter().any(|c| c.contains("resumed")), "{causes:?}");
+    assert!(admin["history"].as_array().unwrap().iter().skip(1).all(|h| h["to"] != "PENDING_PAYMENT"), "never reopened");
+    assert_eq!(admin["payments"][0]["status"], "FAILED");
+    eventually("stock released", Duration::from_secs(60), || async { (p.stock().await == (3, 0)).then_some(()) }).await;
 }
 
 #[tokio::test]
@@ -245,6 +294,13 @@ async fn payment_entry_is_refused_after_expiry_and_on_final_orders() {
     let closed = p.api.start_payment(&p.order_id).await;
     assert_eq!((closed.status, closed.error_code()), (409, "order_not_payable"));
     assert_eq!(p.admin().await["payment_attempts"], 1, "refused attempts were not recorded");
+}
+
+/// Asserts that reconciliation reports nothing for `order_id`: its funds
+/// identity holds and the records agree with the channel.
+async fn assert_reconciled(order_id: &str) {
+    let report = reconcile().await;
+    assert!(kinds_for(&report, order_id).is_empty(), "{order_id}: {report}");
 }
 
 /// Runs reconciliation on the deployed stack.
