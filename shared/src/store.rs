@@ -219,7 +219,7 @@ pub enum SettleResult {
 pub enum AttemptResult {
     Recorded,
     /// The order is no longer PENDING_PAYMENT or its `expire_at` passed.
-    NotPayable(Order),
+    NotPayable(Box<Order>),
     NotFound,
 }
 

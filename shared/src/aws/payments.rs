@@ -102,7 +102,7 @@ impl PaymentStore for DynamoStore {
         match self.transact_items(items, "record payment attempt").await? {
             Ok(()) => Ok(AttemptResult::Recorded),
             Err(_) => match self.order(&order.order_id).await? {
-                Some(o) => Ok(AttemptResult::NotPayable(o)),
+                Some(o) => Ok(AttemptResult::NotPayable(Box::new(o))),
                 None => Ok(AttemptResult::NotFound),
             },
         }

@@ -49,7 +49,7 @@ pub fn unknown_backoff(closing_for: Duration) -> Duration {
 
 /// What the money facts of a CLOSING order add up to.
 enum Facts {
-    Paid { payment: PaymentAttempt, channel_txn_id: String, evidence: Evidence },
+    Paid { payment: Box<PaymentAttempt>, channel_txn_id: String, evidence: Evidence },
     Unpaid,
     Unknown(String),
 }
@@ -134,9 +134,10 @@ where
             .ok_or_else(|| Unavailable::new("close", "order vanished while closing"))?;
         match self.facts(&record.payments).await? {
             Facts::Paid { payment, channel_txn_id, evidence } => {
+                // We hold CLOSING, so the success makes the order PAID; no
+                // refund notice can be needed on this path.
                 debug_assert_eq!(on_payment_success(order.status, false), PaymentSuccessOutcome::MarkPaid);
-                let notice = "";
-                match self.store.settle_success(&order, &payment, &channel_txn_id, evidence, None, notice).await? {
+                match self.store.settle_success(&order, &payment, &channel_txn_id, evidence, None, "").await? {
                     SettleResult::Paid | SettleResult::Duplicate => {
                         info!(payment_id = %payment.payment_id, "closing found the order paid: PAID");
                         metrics::count("PaidWhileClosing", 1);
@@ -188,7 +189,7 @@ where
                 detail: Some("success already recorded on the attempt".into()),
             };
             let txn = p.channel_txn_id.clone().unwrap_or_default();
-            return Ok(Facts::Paid { payment: p.clone(), channel_txn_id: txn, evidence });
+            return Ok(Facts::Paid { payment: Box::new(p.clone()), channel_txn_id: txn, evidence });
         }
         let mut unknown = None;
         for p in payments.iter().filter(|p| !p.status.is_final()) {
@@ -203,7 +204,7 @@ where
                             status: PaymentStatus::Succeeded,
                             detail: Some(format!("channel_txn_id {channel_txn_id}")),
                         };
-                        return Ok(Facts::Paid { payment: p.clone(), channel_txn_id: channel_txn_id.clone(), evidence });
+                        return Ok(Facts::Paid { payment: Box::new(p.clone()), channel_txn_id: channel_txn_id.clone(), evidence });
                     }
                     // Money moved, but not the money we asked for: neither
                     // paid nor unpaid. Hold and alarm.
