@@ -26,6 +26,8 @@ Environment (defaults in brackets)
   WEBHOOK_SECRET_PARAMETER [/order-expiry/webhook-secret]
   MERCHANT_ID [merchant-local]       LOG_LEVEL [info]  (RUST_LOG of the functions)
   STREAM_MAX_RECORD_AGE_SECONDS [60] stream mappings' MaximumRecordAgeInSeconds
+  CHANNEL_NOT_FOUND_GRACE_SECONDS [30] age after which a payment the channel does not
+                                     know counts as never charged
   SKIP_TOOLS=1 / SKIP_BUILD=1        skip those steps (used by infra/test.sh)
   LOCAL_EMULATOR [ministack]         'external' = do not start ministack; deploy to the
                                      emulator at $AWS_ENDPOINT_URL (e.g. LocalStack)
@@ -41,6 +43,7 @@ cd "$ROOT"
 
 STACK_NAME="${STACK_NAME:-order-expiry}"
 PAYMENT_WINDOW_SECONDS="${PAYMENT_WINDOW_SECONDS:-30}"
+CHANNEL_NOT_FOUND_GRACE_SECONDS="${CHANNEL_NOT_FOUND_GRACE_SECONDS:-30}"
 GATEWAY_PORT="${GATEWAY_PORT:-4566}"
 REGION="${AWS_REGION:-us-east-1}"
 LOCAL_EMULATOR="${LOCAL_EMULATOR:-ministack}"
@@ -166,6 +169,7 @@ run_deploy() { # args: LocalApiId ApiBaseUrlOverride
     --bootstrap-dir "$(target_dir)/debug" \
     --param EnableSandboxChannel=true \
     --param "PaymentWindowSeconds=$PAYMENT_WINDOW_SECONDS" \
+    --param "ChannelNotFoundGraceSeconds=$CHANNEL_NOT_FOUND_GRACE_SECONDS" \
     --param "MerchantId=$MERCHANT_ID" \
     --param "WebhookSecretParameterName=$WEBHOOK_SECRET_PARAMETER" \
     --param "LogLevel=$LOG_LEVEL" \

@@ -115,6 +115,10 @@ pub trait PaymentChannel: Send + Sync {
     /// `Err` means the channel could not be asked (timeout, network): the
     /// caller must treat the payment as unknown, never as unpaid.
     async fn query(&self, payment_id: &PaymentId) -> Result<ChannelPayment, Unavailable>;
+    /// Closes a payment that is still processing, so that it can no longer
+    /// be paid; answers with the payment's final state (`Succeeded` if it
+    /// was paid before the close reached the channel).
+    async fn cancel(&self, payment_id: &PaymentId) -> Result<ChannelPayment, Unavailable>;
     /// Refunds are idempotent on `idempotency_key` at the channel.
     async fn refund(
         &self,

@@ -155,6 +155,11 @@ pub trait OrderStore: Send + Sync {
     /// PENDING_PAYMENT (due) or CLOSING (lease expired) → CLOSING with `lease`.
     async fn begin_closing(&self, order: &Order, lease: &ClosingLease, now: Timestamp) -> Result<Cas, Unavailable>;
 
+    /// A closer that cannot decide yet (payment state unknown) gives its
+    /// lease up, so that the next reminder can resume at once. Conditional
+    /// on the version and owner it holds; the status does not change.
+    async fn release_lease(&self, order: &Order, now: Timestamp) -> Result<Cas, Unavailable>;
+
     /// CLOSING → CLOSED, conditional on the version and lease owner the
     /// closer holds.
     async fn close_after_check(&self, order: &Order, now: Timestamp, cause: &str) -> Result<Cas, Unavailable>;

@@ -323,6 +323,17 @@ pub mod fakes {
                 None => Ok(ChannelPayment::NotFound),
             }
         }
+        /// Closing a payment still pending fails it; anything else answers
+        /// as a query would.
+        async fn cancel(&self, p: &PaymentId) -> Result<ChannelPayment, Unavailable> {
+            match self.query(p).await? {
+                ChannelPayment::Pending => {
+                    self.answer(p, Some(ChannelPayment::Failed));
+                    Ok(ChannelPayment::Failed)
+                }
+                other => Ok(other),
+            }
+        }
         async fn refund(&self, p: &PaymentId, _: i64, key: &str) -> Result<RefundResult, Unavailable> {
             self.refunds.lock().unwrap().push((p.clone(), key.to_owned()));
             Ok(RefundResult::Refunded { channel_refund_id: format!("r-{p}") })

@@ -246,7 +246,7 @@ async fn closing_is_claimed_once_guarded_by_lease_and_resumed_after_it_expires()
     let due = order.expire_at;
     assert_eq!(store.close_unpaid(&order, due).await.unwrap(), Cas::Rejected, "attempts forbid the one-write close");
 
-    let lease = |owner: &str, until: Timestamp| ClosingLease { started_at: due, owner: owner.into(), lease_until: until };
+    let lease = |owner: &str, until: Timestamp| ClosingLease { started_at: due, owner: owner.into(), lease_until: until, resumes: 0 };
     let l1 = lease("w1", due.plus(Duration::from_secs(60)));
     assert_eq!(store.begin_closing(&order, &l1, due).await.unwrap(), Cas::Applied);
     assert_eq!(store.begin_closing(&order, &lease("w2", due), due).await.unwrap(), Cas::Rejected, "one claim per version");
@@ -390,7 +390,7 @@ async fn a_success_after_close_creates_exactly_one_refund_even_when_delivered_co
     let a = attempt_for(&order, T0 + 1);
     store.record_attempt(&order, &a).await.unwrap();
     let order = store.order(&order.order_id).await.unwrap().unwrap();
-    let lease = ClosingLease { started_at: order.expire_at, owner: "w".into(), lease_until: order.expire_at.plus(Duration::from_secs(60)) };
+    let lease = ClosingLease { started_at: order.expire_at, owner: "w".into(), lease_until: order.expire_at.plus(Duration::from_secs(60)), resumes: 0 };
     store.begin_closing(&order, &lease, order.expire_at).await.unwrap();
     let closing = store.order(&order.order_id).await.unwrap().unwrap();
     store.close_after_check(&closing, order.expire_at, "test").await.unwrap();

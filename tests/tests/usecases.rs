@@ -39,6 +39,7 @@ impl World {
             reminders: self.reminders.clone(),
             clock: Box::new(self.clock.clone()),
             lease: Duration::from_secs(30),
+            not_found_grace: Duration::from_secs(10),
         }
     }
 
@@ -195,7 +196,7 @@ async fn a_lease_that_expires_mid_close_is_resumed_from_closing() {
     let (o, a) = w.with_attempt(&w.order(None).await).await;
     // A closer claims CLOSING and dies before deciding.
     let due = o.expire_at;
-    let lease = ClosingLease { started_at: due, owner: "dead".into(), lease_until: due.plus(Duration::from_secs(30)) };
+    let lease = ClosingLease { started_at: due, owner: "dead".into(), lease_until: due.plus(Duration::from_secs(30)), resumes: 0 };
     assert_eq!(w.store.begin_closing(&o, &lease, due).await.unwrap(), Cas::Applied);
     w.channel.answer(&a.payment_id, Some(ChannelPayment::NotFound));
     w.clock.set(due.unix_millis() + 10_000);
@@ -204,7 +205,8 @@ async fn a_lease_that_expires_mid_close_is_resumed_from_closing() {
     w.clock.set(due.unix_millis() + 30_000);
     assert_eq!(w.closer().close(&o.order_id, "next").await.unwrap(), CloseOutcome::Closed);
     let rec = w.store.order_record(&o.order_id).await.unwrap().unwrap();
-    assert!(rec.order.history.iter().any(|h| h.cause.contains("resumed")), "{:?}", rec.order.history);
+    let lease = rec.order.closing.clone().unwrap();
+    assert_eq!((lease.owner.as_str(), lease.resumes), ("next", 1), "taken over once");
     assert!(rec.order.history.iter().all(|h| h.to != OrderStatus::PendingPayment || h.from.is_none()), "never reopened");
 }
 
@@ -236,6 +238,9 @@ impl PaymentChannel for FailingRefunds {
     async fn query(&self, _: &PaymentId) -> Result<ChannelPayment, Unavailable> {
         Ok(ChannelPayment::NotFound)
     }
+    async fn cancel(&self, _: &PaymentId) -> Result<ChannelPayment, Unavailable> {
+        Ok(ChannelPayment::NotFound)
+    }
     async fn refund(&self, _: &PaymentId, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
         Ok(RefundResult::Failed("declined".into()))
     }
@@ -247,7 +252,7 @@ async fn refunds_complete_once_and_give_up_after_bounded_tries() {
     let (o, a) = w.with_attempt(&w.order(None).await).await;
     // Close for real, then let a late success arrive.
     w.clock.set(T0 + WINDOW_MS);
-    let lease = ClosingLease { started_at: o.expire_at, owner: "w".into(), lease_until: o.expire_at };
+    let lease = ClosingLease { started_at: o.expire_at, owner: "w".into(), lease_until: o.expire_at, resumes: 0 };
     w.store.begin_closing(&o, &lease, o.expire_at).await.unwrap();
     let closing = w.store.order(&o.order_id).await.unwrap().unwrap();
     w.store.close_after_check(&closing, w.clock.now(), "t").await.unwrap();
@@ -276,4 +281,107 @@ async fn a_refund_is_sent_with_one_idempotency_key_and_recorded() {
     assert!(w.store.refund(&o.order_id, &a.payment_id).await.unwrap().is_none());
     assert_eq!(process_refund(&w.store, &w.channel, &w.clock, &o.order_id, &a.payment_id).await.unwrap(), RefundOutcome::NotFound);
     assert!(w.channel.refunds.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn an_abandoned_payment_is_closed_at_the_channel_and_the_order_closes() {
+    let w = World::new().await;
+    let (o, a) = w.with_attempt(&w.order(None).await).await;
+    w.channel.answer(&a.payment_id, Some(ChannelPayment::Pending));
+    w.clock.set(T0 + WINDOW_MS);
+    assert_eq!(w.closer().close(&o.order_id, "t").await.unwrap(), CloseOutcome::Closed);
+    let rec = w.store.order_record(&o.order_id).await.unwrap().unwrap();
+    assert_eq!(rec.payments[0].status, PaymentStatus::Failed);
+}
+
+#[tokio::test]
+async fn not_found_at_the_channel_counts_as_unpaid_only_after_the_grace_period() {
+    let w = World::new().await;
+    let (o, _a) = w.with_attempt(&w.order(None).await).await;
+    // The attempt was made at T0 and the window is 60 s: at expiry the
+    // attempt is older than the 10 s grace, so "not found" is believed.
+    w.clock.set(T0 + WINDOW_MS);
+    assert_eq!(w.closer().close(&o.order_id, "t").await.unwrap(), CloseOutcome::Closed);
+
+    // An attempt made 5 s before expiry is too young to be believed.
+    let w2 = World::new().await;
+    let o2 = w2.order(None).await;
+    w2.clock.set(T0 + WINDOW_MS - 5_000);
+    let (o2, _) = w2.with_attempt(&o2).await;
+    w2.clock.set(o2.expire_at.unix_millis());
+    let held = w2.closer().close(&o2.order_id, "t").await.unwrap();
+    assert!(matches!(held, CloseOutcome::RemindedLater { why: "payment state unknown", .. }), "{held:?}");
+    assert_eq!(w2.status(&o2).await, OrderStatus::Closing);
+    w2.clock.set(o2.expire_at.unix_millis() + 5_000);
+    assert_eq!(w2.closer().close(&o2.order_id, "t").await.unwrap(), CloseOutcome::Closed);
+}
+
+#[tokio::test]
+async fn every_success_the_closer_finds_is_kept_one_pays_and_the_other_is_refunded() {
+    let w = World::new().await;
+    let o = w.order(None).await;
+    let (o, a) = w.with_attempt(&o).await;
+    let (o, b) = w.with_attempt(&o).await;
+    for p in [&a, &b] {
+        w.channel.answer(&p.payment_id, Some(ChannelPayment::Succeeded { channel_txn_id: format!("tx-{}", p.payment_id), amount: p.amount, currency: "EUR".into() }));
+    }
+    w.clock.set(T0 + WINDOW_MS);
+    assert_eq!(w.closer().close(&o.order_id, "t").await.unwrap(), CloseOutcome::Paid);
+    let rec = w.store.order_record(&o.order_id).await.unwrap().unwrap();
+    assert_eq!(rec.order.status, OrderStatus::Paid);
+    assert!(rec.payments.iter().all(|p| p.status == PaymentStatus::Succeeded));
+    assert_eq!(rec.refunds.len(), 1, "the second payment is refunded");
+    assert_ne!(Some(&rec.refunds[0].payment_id), rec.order.paid_by.as_ref());
+}
+
+/// A channel whose answer about `slow` arrives only after another payment's
+/// notification has made the order PAID.
+struct RacingChannel {
+    store: DynamoStore,
+    slow: PaymentAttempt,
+    fast: PaymentAttempt,
+}
+
+#[async_trait::async_trait]
+impl PaymentChannel for RacingChannel {
+    async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<(), Unavailable> {
+        Ok(())
+    }
+    async fn query(&self, p: &PaymentId) -> Result<ChannelPayment, Unavailable> {
+        if *p == self.fast.payment_id {
+            return Ok(ChannelPayment::Pending);
+        }
+        let order = self.store.order(&self.fast.order_id).await?.unwrap();
+        let ev = Evidence { at: order.expire_at, source: "notification".into(), status: PaymentStatus::Succeeded, detail: None };
+        assert_eq!(self.store.settle_success(&order, &self.fast, "tx-fast", ev, None, "").await?, SettleResult::Paid);
+        Ok(ChannelPayment::Succeeded { channel_txn_id: "tx-slow".into(), amount: self.slow.amount, currency: "EUR".into() })
+    }
+    async fn cancel(&self, p: &PaymentId) -> Result<ChannelPayment, Unavailable> {
+        self.query(p).await
+    }
+    async fn refund(&self, _: &PaymentId, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
+        unreachable!()
+    }
+}
+
+#[tokio::test]
+async fn a_success_confirmed_while_another_payment_wins_is_refunded_not_dropped() {
+    let w = World::new().await;
+    let o = w.order(None).await;
+    let (o, slow) = w.with_attempt(&o).await;
+    let (o, fast) = w.with_attempt(&o).await;
+    w.clock.set(T0 + WINDOW_MS);
+    let closer = CloseOrder {
+        store: w.store.clone(),
+        channel: RacingChannel { store: w.store.clone(), slow: slow.clone(), fast: fast.clone() },
+        reminders: w.reminders.clone(),
+        clock: Box::new(w.clock.clone()),
+        lease: Duration::from_secs(30),
+        not_found_grace: Duration::from_secs(10),
+    };
+    assert_eq!(closer.close(&o.order_id, "t").await.unwrap(), CloseOutcome::AlreadyFinal(OrderStatus::Paid));
+    let rec = w.store.order_record(&o.order_id).await.unwrap().unwrap();
+    assert_eq!(rec.order.paid_by.as_ref(), Some(&fast.payment_id));
+    assert_eq!(rec.refunds.len(), 1);
+    assert_eq!(rec.refunds[0].payment_id, slow.payment_id, "the slower success is refunded");
 }

@@ -2,24 +2,23 @@
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use order_core::aws::queue::{CloseMessage, SqsCloseReminders};
-use order_core::aws::{dynamo::DynamoStore, env, sandbox::SandboxChannel, sdk_config};
+use order_core::aws::{dynamo::DynamoStore, env, sandbox::SandboxChannel, sdk_config, seconds_env};
 use order_core::handlers::batch::each_sqs_message;
 use order_core::ports::SystemClock;
 use order_core::usecases::close_order::CloseOrder;
-use std::time::Duration;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     order_core::init_tracing();
     let config = sdk_config().await;
     let dynamo = aws_sdk_dynamodb::Client::new(&config);
-    let lease: u64 = env("CLOSING_LEASE_SECONDS")?.parse().map_err(|_| "CLOSING_LEASE_SECONDS must be whole seconds")?;
     let uc = CloseOrder {
         store: DynamoStore::new(dynamo.clone(), env("TABLE_NAME")?),
         channel: SandboxChannel::new(dynamo, env("SANDBOX_LEDGER_TABLE")?),
         reminders: SqsCloseReminders::new(aws_sdk_sqs::Client::new(&config), env("CLOSE_QUEUE_URL")?),
         clock: Box::new(SystemClock),
-        lease: Duration::from_secs(lease),
+        lease: seconds_env("CLOSING_LEASE_SECONDS")?,
+        not_found_grace: seconds_env("CHANNEL_NOT_FOUND_GRACE_SECONDS")?,
     };
     let uc = &uc;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {

@@ -433,17 +433,19 @@ impl OrderStore for DynamoStore {
     }
 
     async fn begin_closing(&self, order: &Order, lease: &ClosingLease, now: Timestamp) -> Result<Cas, Unavailable> {
-        let cause = if order.status == OrderStatus::Closing {
-            format!("close resumed by {} after lease expiry", lease.owner)
+        // Only the move out of PENDING_PAYMENT is a status change for the
+        // history; a takeover of an expired lease is counted on the lease.
+        let (set, cause) = if order.status == OrderStatus::Closing {
+            ("SET version = version + :one, closing = :lease", None)
         } else {
-            format!("close started by {}", lease.owner)
-        };
-        let req = self
-            .order_update(order)
-            .update_expression(
-                "SET #status = :closing, version = version + :one, closing = :lease, \
-                 history = list_append(history, :h)",
+            (
+                "SET #status = :closing, version = version + :one, closing = :lease, history = list_append(history, :h)",
+                Some(format!("close started by {}", lease.owner)),
             )
+        };
+        let mut req = self
+            .order_update(order)
+            .update_expression(set)
             .condition_expression(
                 "version = :v AND ((#status = :pending AND expire_at <= :now) OR \
                  (#status = :closing AND (attribute_not_exists(closing) OR closing.lease_until <= :now)))",
@@ -451,9 +453,24 @@ impl OrderStore for DynamoStore {
             .expression_attribute_values(":closing", s("CLOSING"))
             .expression_attribute_values(":pending", s("PENDING_PAYMENT"))
             .expression_attribute_values(":lease", Av::M(to_item(lease)))
-            .expression_attribute_values(":now", s(now.to_string()))
-            .expression_attribute_values(":h", history_entry(now, order.status, OrderStatus::Closing, &cause));
+            .expression_attribute_values(":now", s(now.to_string()));
+        if let Some(cause) = cause {
+            req = req.expression_attribute_values(":h", history_entry(now, order.status, OrderStatus::Closing, &cause));
+        }
         self.cas(req, "begin closing").await
+    }
+
+    async fn release_lease(&self, order: &Order, now: Timestamp) -> Result<Cas, Unavailable> {
+        let owner = order.closing.as_ref().map(|l| l.owner.clone()).unwrap_or_default();
+        let req = self
+            .order_update(order)
+            .update_expression("SET closing.lease_until = :now, version = version + :one")
+            .condition_expression("#status = :closing AND version = :v AND closing.#owner = :owner")
+            .expression_attribute_names("#owner", "owner")
+            .expression_attribute_values(":closing", s("CLOSING"))
+            .expression_attribute_values(":owner", s(owner))
+            .expression_attribute_values(":now", s(now.to_string()));
+        self.cas(req, "release closing lease").await
     }
 
     async fn close_after_check(&self, order: &Order, now: Timestamp, cause: &str) -> Result<Cas, Unavailable> {

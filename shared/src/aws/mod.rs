@@ -54,3 +54,11 @@ pub async fn webhook_secret(config: &aws_config::SdkConfig) -> Result<Vec<u8>, l
         .map(String::into_bytes)
         .ok_or_else(|| format!("SSM parameter {name} is empty").into())
 }
+
+/// Reads a required environment variable holding whole seconds.
+pub fn seconds_env(name: &str) -> Result<std::time::Duration, lambda_runtime::Error> {
+    let v = env(name)?;
+    v.parse()
+        .map(std::time::Duration::from_secs)
+        .map_err(|_| format!("environment variable {name} must be whole seconds, got {v:?}").into())
+}

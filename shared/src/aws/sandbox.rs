@@ -152,6 +152,27 @@ impl SandboxChannel {
     }
 }
 
+/// What the sandbox tells a caller about a ledger row, planted faults first.
+fn answer(entry: Option<LedgerEntry>, context: &'static str) -> Result<ChannelPayment, Unavailable> {
+    let Some(e) = entry else {
+        return Ok(ChannelPayment::NotFound);
+    };
+    match e.faults.query.as_deref() {
+        Some("timeout") => return Err(Unavailable::new(context, "timed out (injected fault)")),
+        Some("not_found") => return Ok(ChannelPayment::NotFound),
+        _ => {}
+    }
+    Ok(match e.status {
+        PaymentStatus::Succeeded => ChannelPayment::Succeeded {
+            channel_txn_id: e.channel_txn_id.unwrap_or_default(),
+            amount: e.amount,
+            currency: e.currency.to_string(),
+        },
+        PaymentStatus::Failed => ChannelPayment::Failed,
+        PaymentStatus::Processing | PaymentStatus::Unknown => ChannelPayment::Pending,
+    })
+}
+
 #[async_trait]
 impl PaymentChannel for SandboxChannel {
     async fn open(&self, attempt: &PaymentAttempt, merchant_id: &str) -> Result<(), Unavailable> {
@@ -183,23 +204,39 @@ impl PaymentChannel for SandboxChannel {
     }
 
     async fn query(&self, payment_id: &PaymentId) -> Result<ChannelPayment, Unavailable> {
-        let Some(e) = self.entry(payment_id).await? else {
+        answer(self.entry(payment_id).await?, "sandbox query")
+    }
+
+    async fn cancel(&self, payment_id: &PaymentId) -> Result<ChannelPayment, Unavailable> {
+        // The planted faults stand for an unreachable or lagging channel:
+        // they apply to closing a payment as much as to asking about it.
+        let Some(entry) = self.entry(payment_id).await? else {
             return Ok(ChannelPayment::NotFound);
         };
-        match e.faults.query.as_deref() {
-            Some("timeout") => return Err(Unavailable::new("sandbox query", "timed out (injected fault)")),
-            Some("not_found") => return Ok(ChannelPayment::NotFound),
-            _ => {}
+        if entry.faults.query.is_some() || entry.status != PaymentStatus::Processing {
+            return answer(Some(entry), "sandbox cancel");
         }
-        Ok(match e.status {
-            PaymentStatus::Succeeded => ChannelPayment::Succeeded {
-                channel_txn_id: e.channel_txn_id.unwrap_or_default(),
-                amount: e.amount,
-                currency: e.currency.to_string(),
-            },
-            PaymentStatus::Failed => ChannelPayment::Failed,
-            PaymentStatus::Processing | PaymentStatus::Unknown => ChannelPayment::Pending,
-        })
+        let res = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(payment_id)))
+            .update_expression("SET #status = :failed, closed_by_merchant = :yes")
+            .condition_expression("#status = :processing")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":failed", s("FAILED"))
+            .expression_attribute_values(":processing", s("PROCESSING"))
+            .expression_attribute_values(":yes", Av::Bool(true))
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(ChannelPayment::Failed),
+            // Settled in the meantime: report what it settled to.
+            Err(e) if e.as_service_error().and_then(|x| x.code()) == Some("ConditionalCheckFailedException") => {
+                answer(self.entry(payment_id).await?, "sandbox cancel")
+            }
+            Err(e) => Err(Unavailable::new("sandbox cancel", e)),
+        }
     }
 
     async fn refund(&self, payment_id: &PaymentId, amount: i64, idempotency_key: &str) -> Result<RefundResult, Unavailable> {

@@ -103,6 +103,11 @@ pub struct ClosingLease {
     pub started_at: Timestamp,
     pub owner: String,
     pub lease_until: Timestamp,
+    /// How many times a closer took over an expired lease. Counted here
+    /// rather than in the history: resuming does not change the status, and
+    /// a long channel outage must not grow the record without bound.
+    #[serde(default)]
+    pub resumes: u32,
 }
 
 /// One entry of the order's audit trail, written in the same conditional
@@ -303,6 +308,7 @@ mod tests {
             started_at: Timestamp::from_unix_millis(0),
             owner: "a".into(),
             lease_until: Timestamp::from_unix_millis(5_000),
+            resumes: 0,
         });
         assert_eq!(
             decide_close(&o, Timestamp::from_unix_millis(2_000)),

@@ -13,11 +13,12 @@
 //! - CLOSING with an expired lease: resume from CLOSING; never revert to
 //!   PENDING_PAYMENT, which would reopen payment.
 
-use crate::domain::order::{decide_close, on_payment_success, CloseDecision, PaymentSuccessOutcome};
+use crate::domain::order::{decide_close, CloseDecision};
 use crate::domain::*;
 use crate::metrics;
 use crate::ports::{ChannelPayment, Clock, CloseReminders, PaymentChannel, Unavailable};
 use crate::store::{Cas, Evidence, OrderStore, PaymentAttempt, PaymentStore, SettleResult};
+use crate::usecases::payments::REFUND_NOTICE;
 use std::time::Duration;
 use tracing::{info, instrument, warn};
 
@@ -38,7 +39,11 @@ pub struct CloseOrder<S, C, Q> {
     pub reminders: Q,
     pub clock: Box<dyn Clock>,
     /// How long a closer may hold CLOSING before another may resume it.
+    /// Longer than the function's timeout, so a live closer never loses it.
     pub lease: Duration,
+    /// How old an attempt must be before the channel's "not found" is
+    /// believed to mean "nothing charged".
+    pub not_found_grace: Duration,
 }
 
 /// Backoff for an order held in CLOSING because its payment state is
@@ -47,10 +52,24 @@ pub fn unknown_backoff(closing_for: Duration) -> Duration {
     closing_for.clamp(Duration::from_secs(5), Duration::from_secs(300))
 }
 
-/// What the money facts of a CLOSING order add up to.
-enum Facts {
-    Paid { payment: Box<PaymentAttempt>, channel_txn_id: String, evidence: Evidence },
-    Unpaid,
+/// What the money facts of a CLOSING order add up to: every success found
+/// (locally or at the channel), and why anything is still unknown.
+#[derive(Default)]
+struct Facts {
+    successes: Vec<Success>,
+    unknown: Option<String>,
+}
+
+struct Success {
+    payment: PaymentAttempt,
+    channel_txn_id: String,
+    evidence: Evidence,
+}
+
+/// The channel's verdict on one attempt.
+enum Verdict {
+    Paid { channel_txn_id: String, detail: String },
+    Unpaid(String),
     Unknown(String),
 }
 
@@ -96,6 +115,7 @@ where
                         started_at: order.closing.as_ref().map(|l| l.started_at).unwrap_or(now),
                         owner: owner.to_owned(),
                         lease_until: now.plus(self.lease),
+                        resumes: order.closing.as_ref().map(|l| l.resumes + 1).unwrap_or(0),
                     };
                     if self.store.begin_closing(&order, &lease, now).await? == Cas::Rejected {
                         continue;
@@ -132,46 +152,88 @@ where
             .order_record(&order.order_id)
             .await?
             .ok_or_else(|| Unavailable::new("close", "order vanished while closing"))?;
-        match self.facts(&record.payments).await? {
-            Facts::Paid { payment, channel_txn_id, evidence } => {
-                // We hold CLOSING, so the success makes the order PAID; no
-                // refund notice can be needed on this path.
-                debug_assert_eq!(on_payment_success(order.status, false), PaymentSuccessOutcome::MarkPaid);
-                match self.store.settle_success(&order, &payment, &channel_txn_id, evidence, None, "").await? {
-                    SettleResult::Paid | SettleResult::Duplicate => {
-                        info!(payment_id = %payment.payment_id, "closing found the order paid: PAID");
-                        metrics::count("PaidWhileClosing", 1);
-                        Ok(Some(CloseOutcome::Paid))
-                    }
-                    SettleResult::OrderMoved | SettleResult::RefundPending => Ok(None),
-                    SettleResult::TxnIdTaken => {
-                        warn!(payment_id = %payment.payment_id, "channel transaction id bound to another payment; holding");
-                        metrics::count("PaymentMismatch", 1);
-                        let after = unknown_backoff(self.closing_for(&order));
-                        self.later(&order.order_id, after, "payment evidence conflicts").await.map(Some)
-                    }
+        let facts = self.facts(&record.payments).await?;
+        if !facts.successes.is_empty() {
+            return self.settle_successes(order, facts.successes).await.map(Some);
+        }
+        if let Some(why) = facts.unknown {
+            warn!(why = %why, "payment state unknown: order held in CLOSING, nothing released");
+            metrics::count("PaymentStateUnknown", 1);
+            return self.hold(&order, "payment state unknown").await.map(Some);
+        }
+        let now = self.clock.now();
+        match self.store.close_after_check(&order, now, "expired; every payment attempt confirmed unpaid").await? {
+            Cas::Applied => {
+                info!("closed after confirming no payment succeeded");
+                metrics::count("OrderClosed", 1);
+                Ok(Some(CloseOutcome::Closed))
+            }
+            // Our lease was taken over or a payment landed: the next read
+            // shows which.
+            Cas::Rejected => Ok(None),
+        }
+    }
+
+    /// Records every success found. The first one makes the order PAID
+    /// (unless a notification or another closer got there first); every
+    /// other one — a second payment, or a success on an order that is
+    /// already final — is recorded with its refund. A confirmed success is
+    /// never dropped because the order moved under us.
+    async fn settle_successes(&self, mut order: Order, successes: Vec<Success>) -> Result<CloseOutcome, Unavailable> {
+        let mut paid_here = false;
+        for s in successes {
+            let mut settled = None;
+            for _ in 0..5 {
+                let r = self
+                    .store
+                    .settle_success(&order, &s.payment, &s.channel_txn_id, s.evidence.clone(), None, REFUND_NOTICE)
+                    .await?;
+                if r != SettleResult::OrderMoved {
+                    settled = Some(r);
+                    break;
+                }
+                order = self
+                    .store
+                    .order(&order.order_id)
+                    .await?
+                    .ok_or_else(|| Unavailable::new("close", "order vanished while settling"))?;
+            }
+            match settled {
+                Some(SettleResult::Paid) => {
+                    paid_here = true;
+                    info!(payment_id = %s.payment.payment_id, "closing found the order paid: PAID");
+                    metrics::count("PaidWhileClosing", 1);
+                }
+                Some(SettleResult::RefundPending) => {
+                    warn!(payment_id = %s.payment.payment_id, "a success for an order already final: refund pending");
+                    metrics::count("LatePaymentRefund", 1);
+                }
+                Some(SettleResult::Duplicate) => {}
+                Some(SettleResult::TxnIdTaken) => {
+                    warn!(payment_id = %s.payment.payment_id, "channel transaction id bound to another payment; holding");
+                    metrics::count("PaymentMismatch", 1);
+                    return self.hold(&order, "payment evidence conflicts").await;
+                }
+                Some(SettleResult::OrderMoved) | None => {
+                    return Err(Unavailable::new("close", "order kept changing while settling a success"));
                 }
             }
-            Facts::Unpaid => {
-                let now = self.clock.now();
-                match self.store.close_after_check(&order, now, "expired; every payment attempt confirmed unpaid").await? {
-                    Cas::Applied => {
-                        info!("closed after confirming no payment succeeded");
-                        metrics::count("OrderClosed", 1);
-                        Ok(Some(CloseOutcome::Closed))
-                    }
-                    // Our lease was taken over or a payment landed: the
-                    // next read shows which.
-                    Cas::Rejected => Ok(None),
-                }
-            }
-            Facts::Unknown(why) => {
-                warn!(why = %why, "payment state unknown: order held in CLOSING, nothing released");
-                metrics::count("PaymentStateUnknown", 1);
-                let after = unknown_backoff(self.closing_for(&order));
-                self.later(&order.order_id, after, "payment state unknown").await.map(Some)
+            // Later successes are decided against the order as it now is.
+            if let Some(o) = self.store.order(&order.order_id).await? {
+                order = o;
             }
         }
+        Ok(if paid_here { CloseOutcome::Paid } else { CloseOutcome::AlreadyFinal(order.status) })
+    }
+
+    /// Stays CLOSING without deciding: gives the lease up and comes back
+    /// after the backoff. Nothing is released.
+    async fn hold(&self, order: &Order, why: &'static str) -> Result<CloseOutcome, Unavailable> {
+        // A rejected release means someone else already moved on; the
+        // reminder then finds out what happened.
+        self.store.release_lease(order, self.clock.now()).await?;
+        let after = unknown_backoff(self.closing_for(order));
+        self.later(&order.order_id, after, why).await
     }
 
     fn closing_for(&self, order: &Order) -> Duration {
@@ -179,53 +241,87 @@ where
         started.until(self.clock.now())
     }
 
-    /// Local facts first; the channel only for attempts that are not settled.
+    /// Local facts first; the channel for every attempt not yet settled.
     async fn facts(&self, payments: &[PaymentAttempt]) -> Result<Facts, Unavailable> {
-        if let Some(p) = payments.iter().find(|p| p.status == PaymentStatus::Succeeded) {
-            let evidence = Evidence {
-                at: self.clock.now(),
-                source: "local".into(),
-                status: PaymentStatus::Succeeded,
-                detail: Some("success already recorded on the attempt".into()),
-            };
-            let txn = p.channel_txn_id.clone().unwrap_or_default();
-            return Ok(Facts::Paid { payment: Box::new(p.clone()), channel_txn_id: txn, evidence });
-        }
-        let mut unknown = None;
-        for p in payments.iter().filter(|p| !p.status.is_final()) {
+        let mut facts = Facts::default();
+        for p in payments {
             let now = self.clock.now();
-            let answer = self.channel.query(&p.payment_id).await;
-            let (status, detail) = match &answer {
-                Ok(ChannelPayment::Succeeded { channel_txn_id, amount, currency }) => {
-                    if *amount == p.amount && currency == p.currency.as_str() {
-                        let evidence = Evidence {
-                            at: now,
-                            source: "channel_query".into(),
-                            status: PaymentStatus::Succeeded,
-                            detail: Some(format!("channel_txn_id {channel_txn_id}")),
-                        };
-                        return Ok(Facts::Paid { payment: Box::new(p.clone()), channel_txn_id: channel_txn_id.clone(), evidence });
-                    }
-                    // Money moved, but not the money we asked for: neither
-                    // paid nor unpaid. Hold and alarm.
-                    metrics::count("PaymentMismatch", 1);
-                    (PaymentStatus::Unknown, format!("channel success with {amount} {currency}, expected {} {}", p.amount, p.currency))
-                }
-                Ok(ChannelPayment::Failed) => (PaymentStatus::Failed, "channel reports failed".to_owned()),
-                Ok(ChannelPayment::NotFound) => (PaymentStatus::Failed, "channel has no such payment: nothing charged".to_owned()),
-                Ok(ChannelPayment::Pending) => (PaymentStatus::Unknown, "channel reports still processing".to_owned()),
-                Err(e) => (PaymentStatus::Unknown, format!("channel query failed: {e}")),
+            let verdict = match p.status {
+                PaymentStatus::Failed => continue,
+                PaymentStatus::Succeeded => match &p.channel_txn_id {
+                    Some(txn) => Verdict::Paid {
+                        channel_txn_id: txn.clone(),
+                        detail: "success already recorded on the attempt".into(),
+                    },
+                    None => Verdict::Unknown("a recorded success without a channel transaction id".into()),
+                },
+                PaymentStatus::Processing | PaymentStatus::Unknown => self.ask_channel(p, now).await,
             };
-            let evidence = Evidence { at: now, source: "channel_query".into(), status, detail: Some(detail.clone()) };
-            self.store.record_payment_fact(p, status, evidence, None).await?;
-            if status != PaymentStatus::Failed {
-                unknown.get_or_insert(format!("{}: {detail}", p.payment_id));
+            let (status, detail) = match &verdict {
+                Verdict::Paid { detail, .. } => (PaymentStatus::Succeeded, detail.clone()),
+                Verdict::Unpaid(d) => (PaymentStatus::Failed, d.clone()),
+                Verdict::Unknown(d) => (PaymentStatus::Unknown, d.clone()),
+            };
+            // Evidence of a change is recorded here; a success is recorded
+            // by `settle_success`. An attempt that stays UNKNOWN gets no new
+            // entry per retry, so a long channel outage cannot grow the
+            // record without bound.
+            if status != PaymentStatus::Succeeded && status != p.status {
+                let evidence = Evidence { at: now, source: "channel_query".into(), status, detail: Some(detail.clone()) };
+                self.store.record_payment_fact(p, status, evidence, None).await?;
+            }
+            match verdict {
+                Verdict::Paid { channel_txn_id, detail } => facts.successes.push(Success {
+                    payment: p.clone(),
+                    channel_txn_id,
+                    evidence: Evidence {
+                        at: now,
+                        source: if p.status == PaymentStatus::Succeeded { "local" } else { "channel_query" }.into(),
+                        status: PaymentStatus::Succeeded,
+                        detail: Some(detail),
+                    },
+                }),
+                Verdict::Unpaid(_) => {}
+                Verdict::Unknown(d) => {
+                    facts.unknown.get_or_insert(format!("{}: {d}", p.payment_id));
+                }
             }
         }
-        Ok(match unknown {
-            Some(why) => Facts::Unknown(why),
-            None => Facts::Unpaid,
-        })
+        Ok(facts)
+    }
+
+    /// Asks the channel about one attempt. A payment the channel still
+    /// calls processing is closed at the channel (seed 000 §5.2: query or
+    /// close), so that an abandoned payment cannot hold the order forever;
+    /// if it was paid meanwhile, closing it reports the success.
+    async fn ask_channel(&self, p: &PaymentAttempt, now: Timestamp) -> Verdict {
+        let mut answer = self.channel.query(&p.payment_id).await;
+        if matches!(answer, Ok(ChannelPayment::Pending)) {
+            answer = self.channel.cancel(&p.payment_id).await;
+        }
+        match answer {
+            Ok(ChannelPayment::Succeeded { channel_txn_id, amount, currency }) => {
+                if amount == p.amount && currency == p.currency.as_str() {
+                    Verdict::Paid { detail: format!("channel_txn_id {channel_txn_id}"), channel_txn_id }
+                } else {
+                    // Money moved, but not the money asked for: neither paid
+                    // nor unpaid. Hold and alarm.
+                    metrics::count("PaymentMismatch", 1);
+                    Verdict::Unknown(format!("channel success with {amount} {currency}, expected {} {}", p.amount, p.currency))
+                }
+            }
+            Ok(ChannelPayment::Failed) => Verdict::Unpaid("failed or closed at the channel".into()),
+            // "Not found" means nothing was charged only once the channel
+            // has had time to learn about the payment: an attempt is
+            // recorded before it is opened at the channel, and providers
+            // index new payments with some lag.
+            Ok(ChannelPayment::NotFound) if p.created_at.plus(self.not_found_grace) <= now => {
+                Verdict::Unpaid("the channel has no such payment: nothing charged".into())
+            }
+            Ok(ChannelPayment::NotFound) => Verdict::Unknown("the channel does not know the payment yet".into()),
+            Ok(ChannelPayment::Pending) => Verdict::Unknown("still processing and could not be closed at the channel".into()),
+            Err(e) => Verdict::Unknown(format!("channel did not answer: {e}")),
+        }
     }
 }
 
