@@ -264,7 +264,9 @@ pub trait PaymentStore: Send + Sync {
     /// REFUND_PENDING refunds, for the worker's retry and for reconciliation.
     async fn refund(&self, order_id: &OrderId, payment_id: &PaymentId) -> Result<Option<Refund>, Unavailable>;
 
-    /// REFUND_PENDING → REFUNDED or REFUND_FAILED, or a failed try counted.
+    /// Moves a refund from the status it was read in (`refund.status`) to
+    /// `to` — REFUNDED, REFUND_FAILED, or the same status with a failed try
+    /// counted (`error`). Rejected if the status changed meanwhile.
     async fn update_refund(
         &self,
         refund: &Refund,

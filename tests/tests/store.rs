@@ -425,6 +425,11 @@ async fn a_channel_transaction_id_binds_to_one_payment() {
     let o2 = store.order(&o2.order_id).await.unwrap().unwrap();
     assert_eq!(store.settle_success(&o2, &a2, "dup-txn", evidence(T0 + 3), None, "").await.unwrap(), SettleResult::TxnIdTaken);
     assert_eq!(store.order(&o2.order_id).await.unwrap().unwrap(), o2, "nothing changed");
+    // The same payment reported again under another transaction id.
+    let paid = store.order(&o1.order_id).await.unwrap().unwrap();
+    assert_eq!(store.settle_success(&paid, &a1, "other-txn", evidence(T0 + 4), None, "").await.unwrap(), SettleResult::TxnIdTaken);
+    let rec = store.order_record(&o1.order_id).await.unwrap().unwrap();
+    assert_eq!(rec.payments[0].channel_txn_id.as_deref(), Some("dup-txn"), "the first transaction id stays");
 }
 
 #[tokio::test]
@@ -451,6 +456,30 @@ async fn a_refund_moves_once_from_pending() {
     assert_eq!(store.update_refund(&refund, RefundStatus::Refunded, Some("r2"), None, now).await.unwrap(), Cas::Rejected);
     let done = store.refund(&order.order_id, &b.payment_id).await.unwrap().unwrap();
     assert_eq!((done.status, done.channel_refund_id.as_deref()), (RefundStatus::Refunded, Some("r1")));
+}
+
+#[tokio::test]
+async fn setting_stock_never_writes_over_a_reservation_it_did_not_see() {
+    let store = store().await;
+    let clock = FixedClock::at(T0);
+    store.put_stock(&sku("S"), 5).await.unwrap();
+    // Orders and restocks interleaving: each restock is a compare-and-swap
+    // on the counts it read, so reserved is never lost.
+    let results = futures::future::join_all((0..6).map(|i| {
+        let (store, clock) = (store.clone(), clock.clone());
+        async move {
+            if i % 2 == 0 {
+                store.put_stock(&sku("S"), 5).await.map(|_| ()).map_err(|e| e.to_string())
+            } else {
+                create(&store, &clock, &format!("s{i}"), body("u", &[("S", 1)], None)).await.map(|_| ())
+            }
+        }
+    }))
+    .await;
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    let (available, reserved) = stock(&store, "S").await;
+    assert_eq!(reserved, 3, "three orders hold three units");
+    assert!((2..=5).contains(&available), "available {available}");
 }
 
 #[tokio::test]

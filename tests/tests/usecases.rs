@@ -8,7 +8,7 @@ use order_core::ports::*;
 use order_core::store::*;
 use order_core::usecases::close_order::{CloseOrder, CloseOutcome};
 use order_core::usecases::create_order::CreateOrder;
-use order_core::usecases::refunds::{process_refund, RefundOutcome, MAX_REFUND_TRIES};
+use order_core::usecases::refunds::{mark_refund_failed, process_refund, RefundOutcome, MAX_REFUND_TRIES};
 use order_core::usecases::release_order::{release_order, settle_order};
 use serde_json::json;
 use std::time::Duration;
@@ -264,9 +264,22 @@ async fn refunds_complete_once_and_give_up_after_bounded_tries() {
         let out = process_refund(&w.store, &FailingRefunds, &w.clock, &o.order_id, &a.payment_id).await.unwrap();
         assert!(matches!(out, RefundOutcome::RetryAfter(_)), "try {i}: {out:?}");
     }
-    assert_eq!(process_refund(&w.store, &FailingRefunds, &w.clock, &o.order_id, &a.payment_id).await.unwrap(), RefundOutcome::GaveUp);
-    assert_eq!(w.store.refund(&o.order_id, &a.payment_id).await.unwrap().unwrap().status, RefundStatus::RefundFailed);
+    let RefundOutcome::GiveUp(refund) = process_refund(&w.store, &FailingRefunds, &w.clock, &o.order_id, &a.payment_id).await.unwrap()
+    else {
+        panic!("expected to give up after {MAX_REFUND_TRIES} tries");
+    };
+    assert_eq!(refund.tries, MAX_REFUND_TRIES);
+    // Still PENDING until the dead letter is out; then FAILED.
+    assert_eq!(w.store.refund(&o.order_id, &a.payment_id).await.unwrap().unwrap().status, RefundStatus::RefundPending);
+    let pending = w.store.refund(&o.order_id, &a.payment_id).await.unwrap().unwrap();
+    mark_refund_failed(&w.store, &w.clock, &pending).await.unwrap();
+    let failed = w.store.refund(&o.order_id, &a.payment_id).await.unwrap().unwrap();
+    assert_eq!((failed.status, failed.tries), (RefundStatus::RefundFailed, MAX_REFUND_TRIES));
+    // An operator redrives it; the channel works now: REFUND_FAILED → REFUNDED.
+    assert_eq!(process_refund(&w.store, &w.channel, &w.clock, &o.order_id, &a.payment_id).await.unwrap(), RefundOutcome::Refunded);
+    assert_eq!(w.store.refund(&o.order_id, &a.payment_id).await.unwrap().unwrap().status, RefundStatus::Refunded);
     assert_eq!(process_refund(&w.store, &w.channel, &w.clock, &o.order_id, &a.payment_id).await.unwrap(), RefundOutcome::AlreadyDone);
+    assert_eq!(w.channel.refunds.lock().unwrap().len(), 1, "the working channel was called once");
 }
 
 #[tokio::test]

@@ -1,9 +1,9 @@
 //! Close queue (SQS) → the close use case, with partial batch responses.
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use order_core::aws::queue::{CloseMessage, SqsCloseReminders};
+use order_core::aws::queue::SqsCloseReminders;
 use order_core::aws::{dynamo::DynamoStore, env, sandbox::SandboxChannel, sdk_config, seconds_env};
-use order_core::handlers::batch::each_sqs_message;
+use order_core::handlers::{batch::each_sqs_message, close::close_message};
 use order_core::ports::SystemClock;
 use order_core::usecases::close_order::CloseOrder;
 
@@ -25,12 +25,7 @@ async fn main() -> Result<(), Error> {
         let owner = event.context.request_id.clone();
         let owner = &owner;
         Ok::<_, Error>(
-            each_sqs_message(event.payload, |body| async move {
-                let msg: CloseMessage = serde_json::from_str(&body).map_err(|e| format!("malformed close message: {e}"))?;
-                uc.close(&msg.order_id, owner).await.map_err(|e| e.to_string())?;
-                Ok::<_, String>(())
-            })
-            .await,
+            each_sqs_message(event.payload, |body| async move { close_message(uc, owner, &body).await }).await,
         )
     }))
     .await

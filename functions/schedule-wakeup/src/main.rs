@@ -1,8 +1,9 @@
 //! Table stream (order INSERT) → one EventBridge Scheduler one-shot wake-up.
 use aws_lambda_events::event::dynamodb::Event;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use order_core::aws::{env, scheduler::EventBridgeWakeUps, sdk_config};
+use order_core::aws::{env, queue::SqsCloseReminders, scheduler::EventBridgeWakeUps, sdk_config};
 use order_core::handlers::{batch::each_stream_record, streams::order_of};
+use order_core::ports::SystemClock;
 use order_core::usecases::schedule_wakeup::schedule_wake_up;
 
 #[tokio::main]
@@ -15,12 +16,15 @@ async fn main() -> Result<(), Error> {
         env("CLOSE_QUEUE_ARN")?,
         env("SCHEDULER_ROLE_ARN")?,
     );
-    let wakeups = &wakeups;
+    let reminders = SqsCloseReminders::new(aws_sdk_sqs::Client::new(&config), env("CLOSE_QUEUE_URL")?);
+    let (wakeups, reminders) = (&wakeups, &reminders);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Event>| async move {
         Ok::<_, Error>(
             each_stream_record(event.payload, |record| async move {
                 let order = order_of(&record)?;
-                schedule_wake_up(wakeups, &order.order_id, order.expire_at).await.map_err(|e| e.to_string())?;
+                schedule_wake_up(wakeups, reminders, &SystemClock, &order.order_id, order.expire_at)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 Ok::<_, String>(())
             })
             .await,

@@ -97,24 +97,33 @@ fn history_entry(at: Timestamp, from: OrderStatus, to: OrderStatus, cause: &str)
     Av::L(vec![Av::M(to_item(&StatusChange { at, from: Some(from), to, cause: cause.to_owned() }))])
 }
 
-/// Why a transaction was cancelled, item by item.
+/// Why a transaction was cancelled.
 enum Cancelled {
     /// Per item: `Some(old item)` when that item's condition failed.
     Conditions(Vec<Option<Item>>),
-    /// Another transaction touched the same items; safe to retry.
-    Conflict,
+    /// Another transaction touched the same items, or throttling: safe to
+    /// retry as is.
+    Retryable,
+    /// Anything else (a validation error): retrying cannot help.
+    Other,
 }
 
 fn cancellation(reasons: &[CancellationReason]) -> Cancelled {
-    if reasons.iter().any(|r| r.code() == Some("TransactionConflict")) {
-        return Cancelled::Conflict;
+    let code = |r: &CancellationReason| r.code().unwrap_or("None").to_owned();
+    if reasons.iter().any(|r| code(r) == "ConditionalCheckFailed") {
+        return Cancelled::Conditions(
+            reasons
+                .iter()
+                .map(|r| (code(r) == "ConditionalCheckFailed").then(|| r.item().cloned().unwrap_or_default()))
+                .collect(),
+        );
     }
-    Cancelled::Conditions(
-        reasons
-            .iter()
-            .map(|r| (r.code() == Some("ConditionalCheckFailed")).then(|| r.item().cloned().unwrap_or_default()))
-            .collect(),
-    )
+    let retryable = ["None", "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"];
+    if reasons.iter().all(|r| retryable.contains(&code(r).as_str())) {
+        Cancelled::Retryable
+    } else {
+        Cancelled::Other
+    }
 }
 
 #[derive(Clone)]
@@ -145,26 +154,26 @@ impl DynamoStore {
         let mut delay_ms = 10u64;
         for attempt in 0.. {
             let res = self.client.transact_write_items().set_transact_items(Some(items.clone())).send().await;
-            match res {
+            let err = match res {
                 Ok(_) => return Ok(Ok(())),
-                Err(e) => {
-                    let reasons = e
-                        .as_service_error()
-                        .and_then(|s| match s {
-                            aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c) => Some(c),
-                            _ => None,
-                        })
-                        .map(|c| cancellation(c.cancellation_reasons()));
-                    match reasons {
-                        Some(Cancelled::Conditions(c)) if c.iter().any(Option::is_some) => return Ok(Err(c)),
-                        Some(Cancelled::Conflict) | Some(Cancelled::Conditions(_)) if attempt < 8 => {
-                            let jitter = rand::random::<u64>() % delay_ms.max(1);
-                            tokio::time::sleep(Duration::from_millis(delay_ms + jitter)).await;
-                            delay_ms = (delay_ms * 2).min(500);
-                        }
-                        _ => return Err(Unavailable::new(context, e)),
-                    }
+                Err(e) => e,
+            };
+            let reasons = err.as_service_error().and_then(|s| match s {
+                aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c) => {
+                    Some(cancellation(c.cancellation_reasons()))
                 }
+                _ => None,
+            });
+            match reasons {
+                Some(Cancelled::Conditions(c)) => return Ok(Err(c)),
+                Some(Cancelled::Retryable) if attempt < 8 => {
+                    let jitter = rand::random::<u64>() % delay_ms.max(1);
+                    tokio::time::sleep(Duration::from_millis(delay_ms + jitter)).await;
+                    delay_ms = (delay_ms * 2).min(500);
+                }
+                // Out of retries, a validation error, or not a cancellation
+                // at all (the SDK already retried transient failures).
+                _ => return Err(Unavailable::new(context, err)),
             }
         }
         unreachable!("the loop returns")
@@ -570,19 +579,33 @@ impl OrderStore for DynamoStore {
     }
 
     async fn put_stock(&self, sku: &Sku, available: i64) -> Result<(), Unavailable> {
-        self.client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key(keys::sku(sku), keys::STOCK_SK)))
-            .update_expression("SET available = :a, reserved = if_not_exists(reserved, :zero), sku = :sku, entity = :e")
-            .expression_attribute_values(":a", n(available))
-            .expression_attribute_values(":zero", n(0))
-            .expression_attribute_values(":sku", s(sku.as_str()))
-            .expression_attribute_values(":e", s("STOCK"))
-            .send()
-            .await
-            .map_err(unavailable("put stock"))?;
-        Ok(())
+        // A compare-and-swap on the counts just read: a reservation or a
+        // release landing in between makes the write fail and re-read, so
+        // the operator's figure is never written over a change it did not see.
+        for _ in 0..10 {
+            let current = self.stock(sku).await?;
+            let mut req = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key(keys::sku(sku), keys::STOCK_SK)))
+                .update_expression("SET available = :a, reserved = if_not_exists(reserved, :zero), sku = :sku, entity = :e")
+                .expression_attribute_values(":a", n(available))
+                .expression_attribute_values(":zero", n(0))
+                .expression_attribute_values(":sku", s(sku.as_str()))
+                .expression_attribute_values(":e", s("STOCK"));
+            req = match &current {
+                None => req.condition_expression("attribute_not_exists(pk)"),
+                Some(c) => req
+                    .condition_expression("available = :was_a AND reserved = :was_r")
+                    .expression_attribute_values(":was_a", n(c.available))
+                    .expression_attribute_values(":was_r", n(c.reserved)),
+            };
+            if self.cas(req, "put stock").await? == Cas::Applied {
+                return Ok(());
+            }
+        }
+        Err(Unavailable::new("put stock", "the stock kept changing; try again"))
     }
 
     async fn stock(&self, sku: &Sku) -> Result<Option<Stock>, Unavailable> {

@@ -65,7 +65,9 @@ impl DynamoStore {
                 .expression_attribute_values(":processing", s("PROCESSING"))
                 .expression_attribute_values(":unknown", s("UNKNOWN"))
         } else {
-            u.condition_expression("attribute_exists(pk)")
+            // A success names its channel transaction once; a report of the
+            // same payment with another transaction id is a mismatch.
+            u.condition_expression("attribute_exists(pk) AND (attribute_not_exists(channel_txn_id) OR channel_txn_id = :t)")
         };
         TransactWriteItem::builder().update(u.build().expect("complete update")).build()
     }
@@ -154,6 +156,7 @@ impl PaymentStore for DynamoStore {
                 )
                 .build(),
         );
+        let payment_at = items.len();
         items.push(self.payment_update(payment, PaymentStatus::Succeeded, &evidence, Some(channel_txn_id), false));
         let paid_by_same = order.paid_by.as_ref() == Some(&payment.payment_id);
         let outcome = on_payment_success(order.status, paid_by_same);
@@ -238,7 +241,7 @@ impl PaymentStore for DynamoStore {
                 let hit = |i: Option<usize>| i.is_some_and(|i| matches!(failed.get(i), Some(Some(_))));
                 Ok(if hit(notify_at) {
                     SettleResult::Duplicate
-                } else if hit(Some(txn_at)) {
+                } else if hit(Some(txn_at)) || hit(Some(payment_at)) {
                     SettleResult::TxnIdTaken
                 } else if hit(refund_at) {
                     SettleResult::RefundPending
@@ -286,12 +289,13 @@ impl PaymentStore for DynamoStore {
             .update_item()
             .table_name(self.table())
             .set_key(Some(key(keys::order(&refund.order_id), &keys::refund_sk(&refund.payment_id))))
-            .condition_expression("#status = :pending")
+            // Compare-and-swap on the state the caller read.
+            .condition_expression("#status = :from")
             .expression_attribute_names("#status", "status")
-            .expression_attribute_values(":pending", s("REFUND_PENDING"))
+            .expression_attribute_values(":from", s(refund.status.as_str()))
             .expression_attribute_values(":now", s(now.to_string()));
         let mut set = vec!["updated_at = :now"];
-        if to != RefundStatus::RefundPending {
+        if to != refund.status {
             set.push("#status = :to");
             u = u.expression_attribute_values(":to", s(to.as_str()));
         }

@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod batch;
+pub mod close;
 pub mod http;
 pub mod reconcile;
 pub mod refunds;

@@ -6,7 +6,7 @@ use crate::aws::dynamo::DynamoStore;
 use crate::aws::sandbox::SandboxChannel;
 use crate::domain::{OrderId, PaymentId};
 use crate::ports::Clock;
-use crate::usecases::refunds::{process_refund, RefundOutcome};
+use crate::usecases::refunds::{mark_refund_failed, process_refund, RefundOutcome};
 use aws_lambda_events::event::dynamodb::Event as StreamEvent;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::Error;
@@ -95,7 +95,9 @@ async fn sqs(w: &RefundWorker, event: SqsEvent) -> SqsBatchResponse {
                 }
                 Err(format!("refund try failed; retrying in {} s", after.as_secs()))
             }
-            RefundOutcome::GaveUp => {
+            RefundOutcome::GiveUp(refund) => {
+                // Dead letter first, then the record: a failure in between
+                // leaves the refund PENDING and this message retried.
                 w.sqs
                     .send_message()
                     .queue_url(&w.dlq_url)
@@ -103,6 +105,7 @@ async fn sqs(w: &RefundWorker, event: SqsEvent) -> SqsBatchResponse {
                     .send()
                     .await
                     .map_err(|e| format!("move refund to the dead-letter queue: {e}"))?;
+                mark_refund_failed(&w.store, w.clock.as_ref(), &refund).await.map_err(|e| e.to_string())?;
                 Ok(())
             }
         }

@@ -1,0 +1,29 @@
+//! The close queue's messages.
+
+use crate::aws::queue::CloseMessage;
+use crate::metrics;
+use crate::ports::{CloseReminders, PaymentChannel};
+use crate::store::{OrderStore, PaymentStore};
+use crate::usecases::close_order::CloseOrder;
+use tracing::error;
+
+/// One close reminder. A body that is not a close message can never
+/// succeed: it is logged, counted and acknowledged rather than retried into
+/// the dead-letter queue. A failure to reach the store or the channel is
+/// returned, so that the message is retried.
+pub async fn close_message<S, C, Q>(uc: &CloseOrder<S, C, Q>, owner: &str, body: &str) -> Result<(), String>
+where
+    S: OrderStore + PaymentStore,
+    C: PaymentChannel,
+    Q: CloseReminders,
+{
+    let msg: CloseMessage = match serde_json::from_str(body) {
+        Ok(m) => m,
+        Err(e) => {
+            error!(error = %e, body = %body.chars().take(200).collect::<String>(), "malformed close message dropped");
+            metrics::count("MalformedCloseMessage", 1);
+            return Ok(());
+        }
+    };
+    uc.close(&msg.order_id, owner).await.map(|_| ()).map_err(|e| e.to_string())
+}
