@@ -69,7 +69,8 @@ pub fn n(v: impl ToString) -> Av {
     Av::N(v.to_string())
 }
 
-fn key(pk: String, sk: &str) -> Item {
+/// The primary key of a record.
+pub(crate) fn key(pk: String, sk: &str) -> Item {
     HashMap::from([("pk".to_owned(), s(pk)), ("sk".to_owned(), s(sk))])
 }
 
@@ -212,6 +213,16 @@ impl DynamoStore {
             Err(e) if is_condition_failure(&e) => Ok(Cas::Rejected),
             Err(e) => Err(Unavailable::new(context, e)),
         }
+    }
+
+    /// A strongly consistent read of one record, decoded.
+    pub(crate) async fn get_record<T: serde::de::DeserializeOwned>(
+        &self,
+        pk: String,
+        sk: &str,
+        what: &'static str,
+    ) -> Result<Option<T>, Unavailable> {
+        self.get(pk, sk, what).await?.map(|item| from_item(item, what)).transpose()
     }
 
     pub(crate) async fn get_item(&self, pk: String, sk: &str) -> Result<Option<Item>, Unavailable> {
@@ -390,10 +401,7 @@ impl OrderStore for DynamoStore {
     }
 
     async fn order(&self, order_id: &OrderId) -> Result<Option<Order>, Unavailable> {
-        match self.get(keys::order(order_id), keys::ORDER_SK, "get order").await? {
-            Some(item) => Ok(Some(from_item(item, "decode order")?)),
-            None => Ok(None),
-        }
+        self.get_record(keys::order(order_id), keys::ORDER_SK, "order").await
     }
 
     async fn order_record(&self, order_id: &OrderId) -> Result<Option<OrderRecord>, Unavailable> {
@@ -609,10 +617,7 @@ impl OrderStore for DynamoStore {
     }
 
     async fn stock(&self, sku: &Sku) -> Result<Option<Stock>, Unavailable> {
-        match self.get(keys::sku(sku), keys::STOCK_SK, "get stock").await? {
-            Some(item) => Ok(Some(from_item(item, "decode stock")?)),
-            None => Ok(None),
-        }
+        self.get_record(keys::sku(sku), keys::STOCK_SK, "stock").await
     }
 
     async fn put_coupon(&self, coupon: &Coupon) -> Result<PutCoupon, Unavailable> {
@@ -639,10 +644,7 @@ impl OrderStore for DynamoStore {
     }
 
     async fn coupon(&self, coupon_id: &CouponId) -> Result<Option<Coupon>, Unavailable> {
-        match self.get(keys::coupon(coupon_id), keys::COUPON_SK, "get coupon").await? {
-            Some(item) => Ok(Some(from_item(item, "decode coupon")?)),
-            None => Ok(None),
-        }
+        self.get_record(keys::coupon(coupon_id), keys::COUPON_SK, "coupon").await
     }
 }
 

@@ -2,7 +2,7 @@
 //! success/refund decision written atomically with its notification dedupe
 //! and channel-transaction uniqueness, and refunds.
 
-use super::dynamo::{keys, n, s, DynamoStore, Item};
+use super::dynamo::{key, keys, n, s, DynamoStore, Item};
 use crate::domain::order::{on_payment_success, PaymentSuccessOutcome};
 use crate::domain::*;
 use crate::ports::Unavailable;
@@ -11,11 +11,6 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{
     AttributeValue as Av, ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
-use std::collections::HashMap;
-
-fn key(pk: String, sk: &str) -> Item {
-    HashMap::from([("pk".to_owned(), s(pk)), ("sk".to_owned(), s(sk))])
-}
 
 fn put(table: &str, item: Item, condition: Option<&str>) -> TransactWriteItem {
     let mut p = Put::builder().table_name(table).set_item(Some(item));
@@ -118,10 +113,7 @@ impl PaymentStore for DynamoStore {
         else {
             return Err(Unavailable::new("payment pointer", "pointer without order_id"));
         };
-        match self.get_item(keys::order(&order_id), &keys::payment_sk(payment_id)).await? {
-            Some(item) => Ok(Some(serde_dynamo::from_item(item).map_err(|e| Unavailable::new("decode payment", e))?)),
-            None => Ok(None),
-        }
+        self.get_record(keys::order(&order_id), &keys::payment_sk(payment_id), "payment").await
     }
 
     async fn settle_success(
@@ -270,10 +262,7 @@ impl PaymentStore for DynamoStore {
     }
 
     async fn refund(&self, order_id: &OrderId, payment_id: &PaymentId) -> Result<Option<Refund>, Unavailable> {
-        match self.get_item(keys::order(order_id), &keys::refund_sk(payment_id)).await? {
-            Some(item) => Ok(Some(serde_dynamo::from_item(item).map_err(|e| Unavailable::new("decode refund", e))?)),
-            None => Ok(None),
-        }
+        self.get_record(keys::order(order_id), &keys::refund_sk(payment_id), "refund").await
     }
 
     async fn update_refund(
