@@ -32,6 +32,21 @@ async fn an_unpaid_order_closes_after_its_window_and_its_stock_and_coupon_return
     assert_eq!(api.stock(&sku).await, json!({"sku": sku, "available": 3, "reserved": 2}));
     assert_eq!(api.coupon(&coupon).await["state"], "LOCKED");
 
+    // The outbox consumer gave the order its one-shot wake-up.
+    let scheduler = aws_sdk_scheduler::Client::new(&stack_config().await);
+    let schedule = eventually("the wake-up schedule", Duration::from_secs(20), || async {
+        scheduler.get_schedule().group_name(stack_env("SCHEDULE_GROUP_NAME")).name(format!("order-{id}")).send().await.ok()
+    })
+    .await;
+    let expire_at = r.body["expire_at"].as_str().unwrap();
+    let at = schedule.schedule_expression().unwrap();
+    assert!(at.starts_with(&format!("at({}", &expire_at[..16])), "{at} for {expire_at}");
+    assert_eq!(schedule.flexible_time_window().unwrap().mode().as_str(), "OFF");
+    assert_eq!(schedule.action_after_completion().map(|a| a.as_str()), Some("DELETE"));
+    let target = schedule.target().unwrap();
+    assert_eq!(target.arn(), stack_env("CLOSE_QUEUE_ARN"));
+    assert_eq!(serde_json::from_str::<Value>(target.input().unwrap()).unwrap(), json!({"order_id": id}));
+
     let closed = api.wait_status(&id, "CLOSED", settle_timeout()).await;
     let back = eventually("stock and coupon back", Duration::from_secs(60), || async {
         let view = api.get_order(&id).await.body;

@@ -93,6 +93,11 @@ async fn a_callback_that_commits_first_wins_and_the_close_backs_off() {
     let api = Api::new();
     api.put_coupon(&coupon, "payer", "2099-01-01T00:00:00Z").await;
     let p = order_with_payment("pay-first", Some(&coupon), "payer").await;
+    let scheduler = aws_sdk_scheduler::Client::new(&stack_config().await);
+    let schedule_exists = || async {
+        scheduler.get_schedule().group_name(stack_env("SCHEDULE_GROUP_NAME")).name(format!("order-{}", p.order_id)).send().await.is_ok()
+    };
+    eventually("the wake-up schedule", Duration::from_secs(20), || async { schedule_exists().await.then_some(()) }).await;
     let r = p.api.settle(&p.payment_id, &json!({"outcome": "SUCCEEDED", "notify": true})).await;
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.body["webhook_status"], 200, "{r:?}");
@@ -106,8 +111,10 @@ async fn a_callback_that_commits_first_wins_and_the_close_backs_off() {
     })
     .await;
     assert_eq!(p.stock().await, (2, 0), "sold, not returned");
+    // The order's wake-up is deleted once it is paid.
+    eventually("the wake-up schedule deleted", Duration::from_secs(30), || async { (!schedule_exists().await).then_some(()) }).await;
 
-    // The wake-up (and any late reminder) finds PAID and changes nothing.
+    // A late reminder (the sweep, a duplicate) finds PAID and changes nothing.
     p.wait_expired().await;
     send_close_message(&p.order_id).await;
     tokio::time::sleep(Duration::from_secs(8)).await;
