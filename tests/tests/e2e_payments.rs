@@ -161,6 +161,7 @@ async fn an_unknown_channel_state_holds_the_order_and_releases_nothing() {
     assert_eq!(r.status, 200, "{r:?}");
     p.wait("CLOSED").await;
     eventually("stock released", Duration::from_secs(60), || async { (p.stock().await == (3, 0)).then_some(()) }).await;
+    assert_reconciled(&p.order_id).await;
 }
 
 #[tokio::test]
@@ -245,6 +246,7 @@ async fn a_closing_lease_left_by_a_crashed_closer_is_resumed_never_reopened() {
     assert!(admin["history"].as_array().unwrap().iter().skip(1).all(|h| h["to"] != "PENDING_PAYMENT"), "never reopened");
     assert_eq!(admin["payments"][0]["status"], "FAILED");
     eventually("stock released", Duration::from_secs(60), || async { (p.stock().await == (3, 0)).then_some(()) }).await;
+    assert_reconciled(&p.order_id).await;
 }
 
 #[tokio::test]
@@ -275,6 +277,7 @@ async fn forged_signatures_wrong_amounts_and_wrong_merchants_are_rejected_and_ch
     assert_eq!((ok.status, &ok.body["result"]), (200, &json!("paid")), "{ok:?}");
     let replay = p.notify_signed(&good, &webhook_secret(), t).await;
     assert_eq!((replay.status, &replay.body["result"]), (200, &json!("duplicate")), "{replay:?}");
+    assert_reconciled(&p.order_id).await;
 }
 
 #[tokio::test]
@@ -300,6 +303,7 @@ async fn payment_entry_is_refused_after_expiry_and_on_final_orders() {
     let closed = p.api.start_payment(&p.order_id).await;
     assert_eq!((closed.status, closed.error_code()), (409, "order_not_payable"));
     assert_eq!(p.admin().await["payment_attempts"], 1, "refused attempts were not recorded");
+    assert_reconciled(&p.order_id).await;
 }
 
 /// Asserts that reconciliation reports nothing for `order_id`: its funds
