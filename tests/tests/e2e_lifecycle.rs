@@ -38,9 +38,13 @@ async fn an_unpaid_order_closes_after_its_window_and_its_stock_and_coupon_return
         scheduler.get_schedule().group_name(stack_env("SCHEDULE_GROUP_NAME")).name(format!("order-{id}")).send().await.ok()
     })
     .await;
-    let expire_at = r.body["expire_at"].as_str().unwrap();
-    let at = schedule.schedule_expression().unwrap();
-    assert!(at.starts_with(&format!("at({}", &expire_at[..16])), "{at} for {expire_at}");
+    // at(expire_at rounded up to the second), never before expire_at.
+    let expire_at = order_core::domain::Timestamp::parse(r.body["expire_at"].as_str().unwrap()).unwrap();
+    let expr = schedule.schedule_expression().unwrap();
+    let at = expr.strip_prefix("at(").and_then(|e| e.strip_suffix(')')).unwrap_or_else(|| panic!("not an at(): {expr}"));
+    let at = order_core::domain::Timestamp::parse(&format!("{at}Z")).unwrap();
+    let late_by_ms = at.unix_millis() - expire_at.unix_millis();
+    assert!((0..1000).contains(&late_by_ms), "{expr} for expire_at {expire_at}");
     assert_eq!(schedule.flexible_time_window().unwrap().mode().as_str(), "OFF");
     assert_eq!(schedule.action_after_completion().map(|a| a.as_str()), Some("DELETE"));
     let target = schedule.target().unwrap();
