@@ -11,10 +11,8 @@ pub const NAMESPACE: &str = "OrderExpiry";
 /// rides along as a property for searching the logs.
 pub fn count(name: &str, value: u64) {
     let function = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "local".into());
-    let ts = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
+    let ts =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     let line = json!({
         "_aws": {
             "Timestamp": ts,

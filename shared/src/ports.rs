@@ -31,10 +31,9 @@ pub trait Clock: Send + Sync {
 pub struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
-        let ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("clock after 1970")
-            .as_millis() as i64;
+        let ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock after 1970").as_millis()
+                as i64;
         Timestamp::from_unix_millis(ms)
     }
 }
@@ -91,7 +90,11 @@ pub trait CloseReminders: Send + Sync {
 /// What the payment channel says about one payment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChannelPayment {
-    Succeeded { channel_txn_id: String, amount: i64, currency: String },
+    Succeeded {
+        channel_txn_id: String,
+        amount: i64,
+        currency: String,
+    },
     Failed,
     /// The channel has never seen this payment: nothing was charged.
     NotFound,
@@ -101,7 +104,9 @@ pub enum ChannelPayment {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RefundResult {
-    Refunded { channel_refund_id: String },
+    Refunded {
+        channel_refund_id: String,
+    },
     /// The channel refused or failed; retry later.
     Failed(String),
 }

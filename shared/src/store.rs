@@ -120,7 +120,10 @@ pub struct IdempotencyClaim {
 pub enum CreateResult {
     Created,
     /// The idempotency key was used before.
-    Replay { order_id: OrderId, same_request: bool },
+    Replay {
+        order_id: OrderId,
+        same_request: bool,
+    },
     OutOfStock(Sku),
     CouponUnavailable,
 }

@@ -37,7 +37,14 @@ fn queue_events_carry_close_messages() {
 
 #[test]
 fn http_events_decode_as_api_gateway_v2_requests() {
-    for f in ["create-order.json", "order-api-get-order.json", "order-api-start-payment.json", "order-api-put-stock.json", "payment-webhook.json", "sandbox-channel-settle.json"] {
+    for f in [
+        "create-order.json",
+        "order-api-get-order.json",
+        "order-api-start-payment.json",
+        "order-api-put-stock.json",
+        "payment-webhook.json",
+        "sandbox-channel-settle.json",
+    ] {
         let req: aws_lambda_events::event::apigw::ApiGatewayV2httpRequest = serde_json::from_str(&event(f)).unwrap();
         assert!(req.route_key.is_some(), "{f}");
     }

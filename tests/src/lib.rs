@@ -3,8 +3,8 @@
 //! Lambda invocation, and polling.
 
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
-    ProjectionType, ScalarAttributeType, StreamSpecification, StreamViewType,
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection, ProjectionType,
+    ScalarAttributeType, StreamSpecification, StreamViewType,
 };
 use order_core::aws::dynamo::DynamoStore;
 use serde_json::Value;
@@ -17,7 +17,9 @@ pub const REGION: &str = "us-east-1";
 
 fn require(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
-        panic!("{name} is not set: run the tests through infra/test.sh, which starts the emulators and deploys the stack")
+        panic!(
+            "{name} is not set: run the tests through infra/test.sh, which starts the emulators and deploys the stack"
+        )
     })
 }
 
@@ -153,7 +155,14 @@ impl Api {
         Self { base: stack_env("API_BASE_URL").trim_end_matches('/').to_owned(), http: reqwest::Client::new() }
     }
 
-    pub async fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>, signed: bool) -> Reply {
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+        signed: bool,
+    ) -> Reply {
         let url = format!("{}{}", self.base, path);
         let mut hs: Vec<(String, String)> = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         if body.is_some() {
@@ -185,7 +194,15 @@ impl Api {
         self.send("GET", &format!("/admin/orders/{id}"), &[], None, true).await
     }
     pub async fn put_stock(&self, sku: &str, available: i64) -> Reply {
-        let r = self.send("PUT", &format!("/admin/skus/{sku}"), &[], Some(&serde_json::json!({"available": available}).to_string()), true).await;
+        let r = self
+            .send(
+                "PUT",
+                &format!("/admin/skus/{sku}"),
+                &[],
+                Some(&serde_json::json!({"available": available}).to_string()),
+                true,
+            )
+            .await;
         assert_eq!(r.status, 200, "seeding stock: {r:?}");
         r
     }
@@ -195,7 +212,14 @@ impl Api {
         r.body
     }
     pub async fn put_coupon(&self, id: &str, user: &str, valid_until: &str) -> Reply {
-        self.send("PUT", &format!("/admin/coupons/{id}"), &[], Some(&serde_json::json!({"user_id": user, "valid_until": valid_until}).to_string()), true).await
+        self.send(
+            "PUT",
+            &format!("/admin/coupons/{id}"),
+            &[],
+            Some(&serde_json::json!({"user_id": user, "valid_until": valid_until}).to_string()),
+            true,
+        )
+        .await
     }
     pub async fn coupon(&self, id: &str) -> Value {
         self.send("GET", &format!("/admin/coupons/{id}"), &[], None, true).await.body
@@ -218,7 +242,13 @@ impl Api {
 
 /// SigV4 headers for a request to the local stack (the emulator checks that
 /// IAM routes are signed, as AWS does, not by whom).
-pub fn sigv4(method: &str, url: &str, headers: &[(String, String)], body: &[u8], service: &str) -> Vec<(String, String)> {
+pub fn sigv4(
+    method: &str,
+    url: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+    service: &str,
+) -> Vec<(String, String)> {
     use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
     use aws_sigv4::sign::v4;
     let identity = aws_credential_types::Credentials::new("test", "test", None, None, "tests").into();

@@ -35,13 +35,20 @@ async fn an_unpaid_order_closes_after_its_window_and_its_stock_and_coupon_return
     // The outbox consumer gave the order its one-shot wake-up.
     let scheduler = aws_sdk_scheduler::Client::new(&stack_config().await);
     let schedule = eventually("the wake-up schedule", Duration::from_secs(20), || async {
-        scheduler.get_schedule().group_name(stack_env("SCHEDULE_GROUP_NAME")).name(format!("order-{id}")).send().await.ok()
+        scheduler
+            .get_schedule()
+            .group_name(stack_env("SCHEDULE_GROUP_NAME"))
+            .name(format!("order-{id}"))
+            .send()
+            .await
+            .ok()
     })
     .await;
     // at(expire_at rounded up to the second), never before expire_at.
     let expire_at = order_core::domain::Timestamp::parse(r.body["expire_at"].as_str().unwrap()).unwrap();
     let expr = schedule.schedule_expression().unwrap();
-    let at = expr.strip_prefix("at(").and_then(|e| e.strip_suffix(')')).unwrap_or_else(|| panic!("not an at(): {expr}"));
+    let at =
+        expr.strip_prefix("at(").and_then(|e| e.strip_suffix(')')).unwrap_or_else(|| panic!("not an at(): {expr}"));
     let at = order_core::domain::Timestamp::parse(&format!("{at}Z")).unwrap();
     let late_by_ms = at.unix_millis() - expire_at.unix_millis();
     assert!((0..1000).contains(&late_by_ms), "{expr} for expire_at {expire_at}");
@@ -55,7 +62,9 @@ async fn an_unpaid_order_closes_after_its_window_and_its_stock_and_coupon_return
     let back = eventually("stock and coupon back", Duration::from_secs(60), || async {
         let view = api.get_order(&id).await.body;
         let stock = api.stock(&sku).await;
-        (stock["available"] == 5 && view["items"][0]["reservation"] == "RELEASED" && view["coupon"]["state"] == "AVAILABLE")
+        (stock["available"] == 5
+            && view["items"][0]["reservation"] == "RELEASED"
+            && view["coupon"]["state"] == "AVAILABLE")
             .then_some((view, stock))
     })
     .await;
@@ -65,7 +74,8 @@ async fn an_unpaid_order_closes_after_its_window_and_its_stock_and_coupon_return
     // How long from expire_at to CLOSED, from the order's own audit trail.
     let admin = api.admin_order(&id).await;
     assert_eq!(admin.status, 200);
-    let closed_at = admin.body["history"].as_array().unwrap().iter().find(|h| h["to"] == "CLOSED").unwrap()["at"].clone();
+    let closed_at =
+        admin.body["history"].as_array().unwrap().iter().find(|h| h["to"] == "CLOSED").unwrap()["at"].clone();
     println!("expire_at {} -> CLOSED at {}", closed["expire_at"], closed_at);
     assert!(closed_at.as_str().unwrap() >= closed["expire_at"].as_str().unwrap(), "never closed early");
 }
@@ -74,9 +84,15 @@ async fn an_unpaid_order_closes_after_its_window_and_its_stock_and_coupon_return
 async fn a_duplicate_close_message_and_a_duplicate_stream_record_change_nothing() {
     let api = Api::new();
     let sku = seeded(&api, "e2e-dup", 4).await;
-    let id = api.create_order(&unique("key"), &order_body("bob", &sku, 3, None)).await.body["order_id"].as_str().unwrap().to_owned();
+    let id = api.create_order(&unique("key"), &order_body("bob", &sku, 3, None)).await.body["order_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     api.wait_status(&id, "CLOSED", settle_timeout()).await;
-    eventually("stock back", Duration::from_secs(60), || async { (api.stock(&sku).await["available"] == 4).then_some(()) }).await;
+    eventually("stock back", Duration::from_secs(60), || async {
+        (api.stock(&sku).await["available"] == 4).then_some(())
+    })
+    .await;
     let before = api.admin_order(&id).await.body;
 
     // A second wake-up for the same order.
@@ -107,7 +123,10 @@ fn release_record(order_id: &str) -> Value {
 async fn an_early_wake_up_does_not_close() {
     let api = Api::new();
     let sku = seeded(&api, "e2e-early", 1).await;
-    let id = api.create_order(&unique("key"), &order_body("carol", &sku, 1, None)).await.body["order_id"].as_str().unwrap().to_owned();
+    let id = api.create_order(&unique("key"), &order_body("carol", &sku, 1, None)).await.body["order_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     send_close_message(&id).await;
     send_close_message(&id).await;
     tokio::time::sleep(Duration::from_secs(6)).await;
@@ -136,7 +155,10 @@ async fn bad_requests_get_their_4xx_and_write_nothing() {
         (r#"{"user_id":"dave","currency":"EUR"}"#, "items"),
         (r#"{"user_id":"dave","currency":"euro","items":[{"sku":"x","qty":1,"unit_price":1}]}"#, "currency"),
         (r#"{"user_id":"dave","currency":"EUR","items":[{"sku":"x","qty":-1,"unit_price":1}]}"#, "items[0].qty"),
-        (r#"{"user_id":"dave","currency":"EUR","items":[{"sku":"x","qty":1,"unit_price":9.99}]}"#, "items[0].unit_price"),
+        (
+            r#"{"user_id":"dave","currency":"EUR","items":[{"sku":"x","qty":1,"unit_price":9.99}]}"#,
+            "items[0].unit_price",
+        ),
     ] {
         let key = unique("bad");
         let r = api.send("POST", "/orders", &[("Idempotency-Key", &key)], Some(bad), false).await;

@@ -62,7 +62,8 @@ impl Paying {
     }
 
     async fn notify(&self, notify_id: &str) -> Reply {
-        self.notify_signed(&self.notification(notify_id, self.amount, MERCHANT, "EUR"), &webhook_secret(), now_secs()).await
+        self.notify_signed(&self.notification(notify_id, self.amount, MERCHANT, "EUR"), &webhook_secret(), now_secs())
+            .await
     }
 
     async fn admin(&self) -> Value {
@@ -81,7 +82,8 @@ impl Paying {
     }
 
     async fn wait_expired(&self) {
-        let expire = time::OffsetDateTime::parse(&self.expire_at, &time::format_description::well_known::Rfc3339).unwrap();
+        let expire =
+            time::OffsetDateTime::parse(&self.expire_at, &time::format_description::well_known::Rfc3339).unwrap();
         let wait = (expire - time::OffsetDateTime::now_utc()).whole_milliseconds().max(0) as u64;
         tokio::time::sleep(Duration::from_millis(wait + 50)).await;
     }
@@ -95,9 +97,16 @@ async fn a_callback_that_commits_first_wins_and_the_close_backs_off() {
     let p = order_with_payment("pay-first", Some(&coupon), "payer").await;
     let scheduler = aws_sdk_scheduler::Client::new(&stack_config().await);
     let schedule_exists = || async {
-        scheduler.get_schedule().group_name(stack_env("SCHEDULE_GROUP_NAME")).name(format!("order-{}", p.order_id)).send().await.is_ok()
+        scheduler
+            .get_schedule()
+            .group_name(stack_env("SCHEDULE_GROUP_NAME"))
+            .name(format!("order-{}", p.order_id))
+            .send()
+            .await
+            .is_ok()
     };
-    eventually("the wake-up schedule", Duration::from_secs(20), || async { schedule_exists().await.then_some(()) }).await;
+    eventually("the wake-up schedule", Duration::from_secs(20), || async { schedule_exists().await.then_some(()) })
+        .await;
     let r = p.api.settle(&p.payment_id, &json!({"outcome": "SUCCEEDED", "notify": true})).await;
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.body["webhook_status"], 200, "{r:?}");
@@ -112,7 +121,10 @@ async fn a_callback_that_commits_first_wins_and_the_close_backs_off() {
     .await;
     assert_eq!(p.stock().await, (2, 0), "sold, not returned");
     // The order's wake-up is deleted once it is paid.
-    eventually("the wake-up schedule deleted", Duration::from_secs(30), || async { (!schedule_exists().await).then_some(()) }).await;
+    eventually("the wake-up schedule deleted", Duration::from_secs(30), || async {
+        (!schedule_exists().await).then_some(())
+    })
+    .await;
 
     // A late reminder (the sweep, a duplicate) finds PAID and changes nothing.
     p.wait_expired().await;
@@ -120,7 +132,10 @@ async fn a_callback_that_commits_first_wins_and_the_close_backs_off() {
     tokio::time::sleep(Duration::from_secs(8)).await;
     let admin = p.admin().await;
     assert_eq!(admin["status"], "PAID");
-    assert!(admin["history"].as_array().unwrap().iter().all(|h| h["to"] != "CLOSING" && h["to"] != "CLOSED"), "{admin}");
+    assert!(
+        admin["history"].as_array().unwrap().iter().all(|h| h["to"] != "CLOSING" && h["to"] != "CLOSED"),
+        "{admin}"
+    );
     assert_eq!(p.stock().await, (2, 0));
     assert_eq!(admin["refunds"], json!([]));
     assert_reconciled(&p.order_id).await;
@@ -174,7 +189,10 @@ async fn a_real_success_after_close_is_refunded_exactly_once_even_delivered_thre
 
     // Then the money does move, and the provider notifies three times at once.
     // The channel will reject the first refund call: the worker must retry.
-    let r = p.api.settle(&p.payment_id, &json!({"outcome": "SUCCEEDED", "notify": false, "faults": {"refund_failures": 1}})).await;
+    let r = p
+        .api
+        .settle(&p.payment_id, &json!({"outcome": "SUCCEEDED", "notify": false, "faults": {"refund_failures": 1}}))
+        .await;
     assert_eq!(r.status, 200, "{r:?}");
     let replies = futures::future::join_all((0..3).map(|i| {
         let p = &p;
@@ -243,7 +261,10 @@ async fn a_closing_lease_left_by_a_crashed_closer_is_resumed_never_reopened() {
     let admin = p.admin().await;
     assert_eq!(admin["closing"]["owner"].as_str().map(|o| o != "crashed-closer"), Some(true), "{admin}");
     assert_eq!(admin["closing"]["resumes"], 1, "taken over once: {admin}");
-    assert!(admin["history"].as_array().unwrap().iter().skip(1).all(|h| h["to"] != "PENDING_PAYMENT"), "never reopened");
+    assert!(
+        admin["history"].as_array().unwrap().iter().skip(1).all(|h| h["to"] != "PENDING_PAYMENT"),
+        "never reopened"
+    );
     assert_eq!(admin["payments"][0]["status"], "FAILED");
     eventually("stock released", Duration::from_secs(60), || async { (p.stock().await == (3, 0)).then_some(()) }).await;
     assert_reconciled(&p.order_id).await;
@@ -258,9 +279,21 @@ async fn forged_signatures_wrong_amounts_and_wrong_merchants_are_rejected_and_ch
         (p.notify_signed(&good, "not-the-secret", t).await, 401, "bad_signature"),
         (p.notify_signed(&good, &webhook_secret(), t - 600).await, 401, "bad_signature"),
         (p.api.send("POST", "/payments/sandbox/notify", &[], Some(&good), false).await, 401, "bad_signature"),
-        (p.notify_signed(&p.notification("n-amt", p.amount - 1, MERCHANT, "EUR"), &webhook_secret(), t).await, 422, "mismatch"),
-        (p.notify_signed(&p.notification("n-cur", p.amount, MERCHANT, "USD"), &webhook_secret(), t).await, 422, "mismatch"),
-        (p.notify_signed(&p.notification("n-mer", p.amount, "someone-else", "EUR"), &webhook_secret(), t).await, 422, "mismatch"),
+        (
+            p.notify_signed(&p.notification("n-amt", p.amount - 1, MERCHANT, "EUR"), &webhook_secret(), t).await,
+            422,
+            "mismatch",
+        ),
+        (
+            p.notify_signed(&p.notification("n-cur", p.amount, MERCHANT, "USD"), &webhook_secret(), t).await,
+            422,
+            "mismatch",
+        ),
+        (
+            p.notify_signed(&p.notification("n-mer", p.amount, "someone-else", "EUR"), &webhook_secret(), t).await,
+            422,
+            "mismatch",
+        ),
     ];
     for (i, (r, status, code)) in cases.iter().enumerate() {
         assert_eq!((r.status, r.error_code()), (*status, *code), "case {i}: {r:?}");
@@ -283,7 +316,10 @@ async fn forged_signatures_wrong_amounts_and_wrong_merchants_are_rejected_and_ch
 #[tokio::test]
 async fn payment_entry_is_refused_after_expiry_and_on_final_orders() {
     let p = order_with_payment("entry", None, "slow").await;
-    let bad = p.api.send("POST", &format!("/orders/{}/payments", p.order_id), &[], Some(r#"{"channel":"carrier-pigeon"}"#), false).await;
+    let bad = p
+        .api
+        .send("POST", &format!("/orders/{}/payments", p.order_id), &[], Some(r#"{"channel":"carrier-pigeon"}"#), false)
+        .await;
     assert_eq!((bad.status, bad.error_code()), (400, "invalid_request"));
     assert_eq!(p.api.start_payment("ord_missing").await.status, 404);
 
@@ -344,7 +380,11 @@ async fn pay_and_close_racing_on_many_orders_converge_with_every_invariant_held(
         let id = c.body["order_id"].as_str().unwrap().to_owned();
         let pay = api.start_payment(&id).await;
         assert_eq!(pay.status, 201, "{pay:?}");
-        orders.push((id, pay.body["payment_id"].as_str().unwrap().to_owned(), c.body["expire_at"].as_str().unwrap().to_owned()));
+        orders.push((
+            id,
+            pay.body["payment_id"].as_str().unwrap().to_owned(),
+            c.body["expire_at"].as_str().unwrap().to_owned(),
+        ));
     }
     // Wait for the first expiry, then settle every payment and send a close
     // reminder for every order at the same moment.
@@ -392,7 +432,8 @@ async fn pay_and_close_racing_on_many_orders_converge_with_every_invariant_held(
             closed += 1;
             assert_eq!(v["payments"][0]["status"], "FAILED");
         }
-        let final_count = v["history"].as_array().unwrap().iter().filter(|h| h["to"] == "PAID" || h["to"] == "CLOSED").count();
+        let final_count =
+            v["history"].as_array().unwrap().iter().filter(|h| h["to"] == "PAID" || h["to"] == "CLOSED").count();
         assert_eq!(final_count, 1, "exactly one final transition: {v}");
     }
     println!("race: {n} orders, {paid} PAID, {closed} CLOSED");
@@ -427,7 +468,9 @@ async fn put_attr(table: &str, key: (&str, &str), sets: &[(&str, Av)]) {
     let expr: Vec<String> = sets.iter().enumerate().map(|(i, _)| format!("#n{i} = :v{i}")).collect();
     req = req.update_expression(format!("SET {}", expr.join(", ")));
     for (i, (n, v)) in sets.iter().enumerate() {
-        req = req.expression_attribute_names(format!("#n{i}"), *n).expression_attribute_values(format!(":v{i}"), v.clone());
+        req = req
+            .expression_attribute_names(format!("#n{i}"), *n)
+            .expression_attribute_values(format!(":v{i}"), v.clone());
     }
     req.send().await.expect("plant a discrepancy");
 }
@@ -446,7 +489,12 @@ async fn reconciliation_reports_every_planted_discrepancy_and_nothing_for_clean_
 
     // Order PAID with no success at the channel.
     let phantom = order_with_payment("rc-phantom", None, "d2").await;
-    put_attr(&table, (&format!("ORDER#{}", phantom.order_id), "ORDER"), &[("status", s("PAID")), ("paid_by", s(&phantom.payment_id))]).await;
+    put_attr(
+        &table,
+        (&format!("ORDER#{}", phantom.order_id), "ORDER"),
+        &[("status", s("PAID")), ("paid_by", s(&phantom.payment_id))],
+    )
+    .await;
     // The channel took a different amount.
     let amount = order_with_payment("rc-amount", None, "d3").await;
     put_attr(&ledger, (&amount.payment_id, ""), &[("amount", Av::N((amount.amount + 100).to_string()))]).await;
@@ -460,13 +508,19 @@ async fn reconciliation_reports_every_planted_discrepancy_and_nothing_for_clean_
         (released.api.get_order(&released.order_id).await.body["items"][0]["reservation"] == "CONFIRMED").then_some(())
     })
     .await;
-    put_attr(&table, (&format!("ORDER#{}", released.order_id), &format!("RES#STOCK#{}", released.sku)), &[("status", s("RELEASED"))]).await;
+    put_attr(
+        &table,
+        (&format!("ORDER#{}", released.order_id), &format!("RES#STOCK#{}", released.sku)),
+        &[("status", s("RELEASED"))],
+    )
+    .await;
     // Closed, then money at the channel with no refund.
     let after_close = order_with_payment("rc-after-close", None, "d6").await;
     after_close.api.settle(&after_close.payment_id, &json!({"faults": {"query": "not_found"}})).await;
     clean_closed.wait("CLOSED").await;
     after_close.wait("CLOSED").await;
-    put_attr(&ledger, (&after_close.payment_id, ""), &[("status", s("SUCCEEDED")), ("channel_txn_id", s("sneaky"))]).await;
+    put_attr(&ledger, (&after_close.payment_id, ""), &[("status", s("SUCCEEDED")), ("channel_txn_id", s("sneaky"))])
+        .await;
     // Channel success, order unpaid (nobody told the order yet; planted last
     // so that its window is still open when reconciliation runs).
     let unpaid = order_with_payment("rc-unpaid", None, "d1").await;

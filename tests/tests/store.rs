@@ -127,7 +127,11 @@ async fn out_of_stock_on_any_line_writes_nothing_and_names_the_sku() {
             paid_by: None,
             history: vec![],
         };
-        let claim = IdempotencyClaim { user_id: req.user_id, key: IdempotencyKey::parse("k").unwrap(), request_hash: "h".into() };
+        let claim = IdempotencyClaim {
+            user_id: req.user_id,
+            key: IdempotencyKey::parse("k").unwrap(),
+            request_hash: "h".into(),
+        };
         (o, claim)
     };
     assert_eq!(store.create_order(&order, &claim).await.unwrap(), CreateResult::OutOfStock(sku("B")));
@@ -150,13 +154,19 @@ async fn a_coupon_of_another_user_expired_or_locked_is_refused_and_nothing_is_wr
     coupon(&store, "OLD", "u1", T0 - 1).await;
     let before = item_count(&store).await;
     for (key, user, c) in [("k1", "u2", "MINE"), ("k2", "u1", "OLD"), ("k3", "u1", "MISSING")] {
-        assert_eq!(create(&store, &clock, key, body(user, &[("A", 1)], Some(c))).await, Err("coupon_unavailable".into()));
+        assert_eq!(
+            create(&store, &clock, key, body(user, &[("A", 1)], Some(c))).await,
+            Err("coupon_unavailable".into())
+        );
     }
     assert_eq!(item_count(&store).await, before);
     assert_eq!(stock(&store, "A").await, (10, 0));
 
     create(&store, &clock, "k4", body("u1", &[("A", 1)], Some("MINE"))).await.unwrap();
-    assert_eq!(create(&store, &clock, "k5", body("u1", &[("A", 1)], Some("MINE"))).await, Err("coupon_unavailable".into()));
+    assert_eq!(
+        create(&store, &clock, "k5", body("u1", &[("A", 1)], Some("MINE"))).await,
+        Err("coupon_unavailable".into())
+    );
     assert_eq!(stock(&store, "A").await, (9, 1));
 }
 
@@ -194,11 +204,19 @@ async fn close_unpaid_applies_only_to_a_due_pending_order_at_its_version() {
     let order = open_order(&store, &clock).await;
     let due = order.expire_at;
 
-    assert_eq!(store.close_unpaid(&order, due.minus(Duration::from_millis(1))).await.unwrap(), Cas::Rejected, "not yet due");
+    assert_eq!(
+        store.close_unpaid(&order, due.minus(Duration::from_millis(1))).await.unwrap(),
+        Cas::Rejected,
+        "not yet due"
+    );
     let stale = Order { version: order.version + 1, ..order.clone() };
     assert_eq!(store.close_unpaid(&stale, due).await.unwrap(), Cas::Rejected, "wrong version");
     let unchanged = store.order(&order.order_id).await.unwrap().unwrap();
-    assert_eq!((unchanged.status, unchanged.version), (OrderStatus::PendingPayment, order.version), "refusals change nothing");
+    assert_eq!(
+        (unchanged.status, unchanged.version),
+        (OrderStatus::PendingPayment, order.version),
+        "refusals change nothing"
+    );
 
     assert_eq!(store.close_unpaid(&order, due).await.unwrap(), Cas::Applied);
     let closed = store.order(&order.order_id).await.unwrap().unwrap();
@@ -246,15 +264,32 @@ async fn closing_is_claimed_once_guarded_by_lease_and_resumed_after_it_expires()
     let due = order.expire_at;
     assert_eq!(store.close_unpaid(&order, due).await.unwrap(), Cas::Rejected, "attempts forbid the one-write close");
 
-    let lease = |owner: &str, until: Timestamp| ClosingLease { started_at: due, owner: owner.into(), lease_until: until, resumes: 0 };
+    let lease = |owner: &str, until: Timestamp| ClosingLease {
+        started_at: due,
+        owner: owner.into(),
+        lease_until: until,
+        resumes: 0,
+    };
     let l1 = lease("w1", due.plus(Duration::from_secs(60)));
     assert_eq!(store.begin_closing(&order, &l1, due).await.unwrap(), Cas::Applied);
-    assert_eq!(store.begin_closing(&order, &lease("w2", due), due).await.unwrap(), Cas::Rejected, "one claim per version");
+    assert_eq!(
+        store.begin_closing(&order, &lease("w2", due), due).await.unwrap(),
+        Cas::Rejected,
+        "one claim per version"
+    );
     let closing = store.order(&order.order_id).await.unwrap().unwrap();
     assert_eq!(closing.status, OrderStatus::Closing);
     let l2 = lease("w2", due.plus(Duration::from_secs(200)));
-    assert_eq!(store.begin_closing(&closing, &l2, due.plus(Duration::from_secs(30))).await.unwrap(), Cas::Rejected, "lease is live");
-    assert_eq!(store.begin_closing(&closing, &l2, due.plus(Duration::from_secs(60))).await.unwrap(), Cas::Applied, "lease expired: resumed");
+    assert_eq!(
+        store.begin_closing(&closing, &l2, due.plus(Duration::from_secs(30))).await.unwrap(),
+        Cas::Rejected,
+        "lease is live"
+    );
+    assert_eq!(
+        store.begin_closing(&closing, &l2, due.plus(Duration::from_secs(60))).await.unwrap(),
+        Cas::Applied,
+        "lease expired: resumed"
+    );
     let resumed = store.order(&order.order_id).await.unwrap().unwrap();
     assert_eq!(resumed.status, OrderStatus::Closing, "resumed, never reopened");
     assert_eq!(resumed.closing.as_ref().unwrap().owner, "w2");
@@ -290,7 +325,9 @@ async fn a_payment_attempt_is_refused_after_expiry_and_on_a_final_order() {
     store.close_unpaid(&order, order.expire_at).await.unwrap();
     let closed = store.order(&order.order_id).await.unwrap().unwrap();
     let a = attempt_for(&closed, T0);
-    assert!(matches!(store.record_attempt(&closed, &a).await.unwrap(), AttemptResult::NotPayable(o) if o.status == OrderStatus::Closed));
+    assert!(
+        matches!(store.record_attempt(&closed, &a).await.unwrap(), AttemptResult::NotPayable(o) if o.status == OrderStatus::Closed)
+    );
 }
 
 #[tokio::test]
@@ -302,7 +339,10 @@ async fn a_reservation_is_released_once_and_a_confirmed_one_never() {
     let r = &rec.reservations[0];
     assert_eq!(stock(&store, "A").await, (98, 2));
     let now = Timestamp::from_unix_millis(T0);
-    assert_eq!(store.release_reservation(&order.order_id, r, now).await.unwrap(), Ok(Step::Moved(ReservationStatus::Released)));
+    assert_eq!(
+        store.release_reservation(&order.order_id, r, now).await.unwrap(),
+        Ok(Step::Moved(ReservationStatus::Released))
+    );
     assert_eq!(stock(&store, "A").await, (100, 0));
     assert_eq!(store.release_reservation(&order.order_id, r, now).await.unwrap(), Ok(Step::AlreadyThere));
     assert_eq!(stock(&store, "A").await, (100, 0), "a duplicate adds nothing");
@@ -310,9 +350,15 @@ async fn a_reservation_is_released_once_and_a_confirmed_one_never() {
 
     let other = open_order(&store, &clock).await;
     let r2 = store.order_record(&other.order_id).await.unwrap().unwrap().reservations[0].clone();
-    assert_eq!(store.confirm_reservation(&other.order_id, &r2, now).await.unwrap(), Ok(Step::Moved(ReservationStatus::Confirmed)));
+    assert_eq!(
+        store.confirm_reservation(&other.order_id, &r2, now).await.unwrap(),
+        Ok(Step::Moved(ReservationStatus::Confirmed))
+    );
     assert_eq!(stock(&store, "A").await, (98, 0));
-    assert!(store.release_reservation(&other.order_id, &r2, now).await.unwrap().is_err(), "confirmed is never released");
+    assert!(
+        store.release_reservation(&other.order_id, &r2, now).await.unwrap().is_err(),
+        "confirmed is never released"
+    );
     assert_eq!(stock(&store, "A").await, (98, 0));
 }
 
@@ -326,7 +372,17 @@ async fn a_coupon_lock_ends_once_available_or_expired_with_its_reason() {
     let cid = CouponId::parse("C1").unwrap();
     let now = Timestamp::from_unix_millis(T0);
     assert_eq!(
-        store.put_coupon(&Coupon { coupon_id: cid.clone(), user_id: UserId::parse("u9").unwrap(), valid_until: now, state: CouponState::Available, locked_by: None, reason: None }).await.unwrap(),
+        store
+            .put_coupon(&Coupon {
+                coupon_id: cid.clone(),
+                user_id: UserId::parse("u9").unwrap(),
+                valid_until: now,
+                state: CouponState::Available,
+                locked_by: None,
+                reason: None
+            })
+            .await
+            .unwrap(),
         PutCoupon::Locked,
         "a locked coupon cannot be overwritten"
     );
@@ -346,7 +402,12 @@ async fn a_coupon_lock_ends_once_available_or_expired_with_its_reason() {
 }
 
 fn evidence(ms: i64) -> Evidence {
-    Evidence { at: Timestamp::from_unix_millis(ms), source: "test".into(), status: PaymentStatus::Succeeded, detail: None }
+    Evidence {
+        at: Timestamp::from_unix_millis(ms),
+        source: "test".into(),
+        status: PaymentStatus::Succeeded,
+        detail: None,
+    }
 }
 
 fn notification(id: &str) -> Notification {
@@ -390,7 +451,12 @@ async fn a_success_after_close_creates_exactly_one_refund_even_when_delivered_co
     let a = attempt_for(&order, T0 + 1);
     store.record_attempt(&order, &a).await.unwrap();
     let order = store.order(&order.order_id).await.unwrap().unwrap();
-    let lease = ClosingLease { started_at: order.expire_at, owner: "w".into(), lease_until: order.expire_at.plus(Duration::from_secs(60)), resumes: 0 };
+    let lease = ClosingLease {
+        started_at: order.expire_at,
+        owner: "w".into(),
+        lease_until: order.expire_at.plus(Duration::from_secs(60)),
+        resumes: 0,
+    };
     store.begin_closing(&order, &lease, order.expire_at).await.unwrap();
     let closing = store.order(&order.order_id).await.unwrap().unwrap();
     store.close_after_check(&closing, order.expire_at, "test").await.unwrap();
@@ -398,7 +464,19 @@ async fn a_success_after_close_creates_exactly_one_refund_even_when_delivered_co
 
     let results = futures::future::join_all((0..3).map(|i| {
         let (store, closed, a) = (store.clone(), closed.clone(), a.clone());
-        async move { store.settle_success(&closed, &a, "txn-9", evidence(T0 + 5), Some(&notification(&format!("late-{i}"))), "notice").await.unwrap() }
+        async move {
+            store
+                .settle_success(
+                    &closed,
+                    &a,
+                    "txn-9",
+                    evidence(T0 + 5),
+                    Some(&notification(&format!("late-{i}"))),
+                    "notice",
+                )
+                .await
+                .unwrap()
+        }
     }))
     .await;
     assert!(results.iter().all(|r| *r == SettleResult::RefundPending), "{results:?}");
@@ -423,11 +501,17 @@ async fn a_channel_transaction_id_binds_to_one_payment() {
     let a2 = attempt_for(&o2, T0 + 1);
     store.record_attempt(&o2, &a2).await.unwrap();
     let o2 = store.order(&o2.order_id).await.unwrap().unwrap();
-    assert_eq!(store.settle_success(&o2, &a2, "dup-txn", evidence(T0 + 3), None, "").await.unwrap(), SettleResult::TxnIdTaken);
+    assert_eq!(
+        store.settle_success(&o2, &a2, "dup-txn", evidence(T0 + 3), None, "").await.unwrap(),
+        SettleResult::TxnIdTaken
+    );
     assert_eq!(store.order(&o2.order_id).await.unwrap().unwrap(), o2, "nothing changed");
     // The same payment reported again under another transaction id.
     let paid = store.order(&o1.order_id).await.unwrap().unwrap();
-    assert_eq!(store.settle_success(&paid, &a1, "other-txn", evidence(T0 + 4), None, "").await.unwrap(), SettleResult::TxnIdTaken);
+    assert_eq!(
+        store.settle_success(&paid, &a1, "other-txn", evidence(T0 + 4), None, "").await.unwrap(),
+        SettleResult::TxnIdTaken
+    );
     let rec = store.order_record(&o1.order_id).await.unwrap().unwrap();
     assert_eq!(rec.payments[0].channel_txn_id.as_deref(), Some("dup-txn"), "the first transaction id stays");
 }
@@ -447,13 +531,25 @@ async fn a_refund_moves_once_from_pending() {
     assert_eq!(store.settle_success(&order, &a, "t1", evidence(T0 + 2), None, "").await.unwrap(), SettleResult::Paid);
     let paid = store.order(&order.order_id).await.unwrap().unwrap();
     // The second success on a PAID order is refunded.
-    assert_eq!(store.settle_success(&paid, &b, "t2", evidence(T0 + 4), None, "n").await.unwrap(), SettleResult::RefundPending);
+    assert_eq!(
+        store.settle_success(&paid, &b, "t2", evidence(T0 + 4), None, "n").await.unwrap(),
+        SettleResult::RefundPending
+    );
     let refund = store.refund(&order.order_id, &b.payment_id).await.unwrap().unwrap();
     let now = Timestamp::from_unix_millis(T0 + 5);
-    assert_eq!(store.update_refund(&refund, RefundStatus::RefundPending, None, Some("boom"), now).await.unwrap(), Cas::Applied);
+    assert_eq!(
+        store.update_refund(&refund, RefundStatus::RefundPending, None, Some("boom"), now).await.unwrap(),
+        Cas::Applied
+    );
     assert_eq!(store.refund(&order.order_id, &b.payment_id).await.unwrap().unwrap().tries, 1);
-    assert_eq!(store.update_refund(&refund, RefundStatus::Refunded, Some("r1"), None, now).await.unwrap(), Cas::Applied);
-    assert_eq!(store.update_refund(&refund, RefundStatus::Refunded, Some("r2"), None, now).await.unwrap(), Cas::Rejected);
+    assert_eq!(
+        store.update_refund(&refund, RefundStatus::Refunded, Some("r1"), None, now).await.unwrap(),
+        Cas::Applied
+    );
+    assert_eq!(
+        store.update_refund(&refund, RefundStatus::Refunded, Some("r2"), None, now).await.unwrap(),
+        Cas::Rejected
+    );
     let done = store.refund(&order.order_id, &b.payment_id).await.unwrap().unwrap();
     assert_eq!((done.status, done.channel_refund_id.as_deref()), (RefundStatus::Refunded, Some("r1")));
 }

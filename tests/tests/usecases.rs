@@ -51,7 +51,8 @@ impl World {
             window: Duration::from_millis(WINDOW_MS as u64),
             expiry_rule_version: "t".into(),
         };
-        let mut body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 3, "unit_price": 100}]});
+        let mut body =
+            json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 3, "unit_price": 100}]});
         if let Some(c) = coupon {
             body["coupon_id"] = json!(c);
         }
@@ -123,7 +124,10 @@ async fn two_closers_racing_close_once() {
 async fn closing_finds_the_channel_paid_and_converges_to_paid_releasing_nothing() {
     let w = World::new().await;
     let (o, a) = w.with_attempt(&w.order(None).await).await;
-    w.channel.answer(&a.payment_id, Some(ChannelPayment::Succeeded { channel_txn_id: "tx1".into(), amount: a.amount, currency: "EUR".into() }));
+    w.channel.answer(
+        &a.payment_id,
+        Some(ChannelPayment::Succeeded { channel_txn_id: "tx1".into(), amount: a.amount, currency: "EUR".into() }),
+    );
     w.clock.set(T0 + WINDOW_MS + 1);
     assert_eq!(w.closer().close(&o.order_id, "t").await.unwrap(), CloseOutcome::Paid);
     let rec = w.store.order_record(&o.order_id).await.unwrap().unwrap();
@@ -151,7 +155,8 @@ async fn an_unknown_payment_state_holds_the_order_in_closing_and_releases_nothin
     assert_eq!(w.available().await, 7);
     // A payment for a CLOSING order is still accepted: the success wins.
     let closing = w.store.order(&o.order_id).await.unwrap().unwrap();
-    let ev = Evidence { at: w.clock.now(), source: "notification".into(), status: PaymentStatus::Succeeded, detail: None };
+    let ev =
+        Evidence { at: w.clock.now(), source: "notification".into(), status: PaymentStatus::Succeeded, detail: None };
     assert_eq!(w.store.settle_success(&closing, &a, "tx", ev, None, "").await.unwrap(), SettleResult::Paid);
     w.clock.set(T0 + WINDOW_MS + 60_000);
     assert_eq!(w.closer().close(&o.order_id, "t").await.unwrap(), CloseOutcome::AlreadyFinal(OrderStatus::Paid));
@@ -160,7 +165,14 @@ async fn an_unknown_payment_state_holds_the_order_in_closing_and_releases_nothin
 #[tokio::test]
 async fn a_confirmed_unpaid_order_closes_and_its_stock_and_coupon_return_once() {
     let w = World::new().await;
-    let valid = Coupon { coupon_id: CouponId::parse("C1").unwrap(), user_id: UserId::parse("u1").unwrap(), valid_until: Timestamp::from_unix_millis(T0 + 10 * WINDOW_MS), state: CouponState::Available, locked_by: None, reason: None };
+    let valid = Coupon {
+        coupon_id: CouponId::parse("C1").unwrap(),
+        user_id: UserId::parse("u1").unwrap(),
+        valid_until: Timestamp::from_unix_millis(T0 + 10 * WINDOW_MS),
+        state: CouponState::Available,
+        locked_by: None,
+        reason: None,
+    };
     w.store.put_coupon(&valid).await.unwrap();
     let (o, a) = w.with_attempt(&w.order(Some("C1")).await).await;
     w.channel.answer(&a.payment_id, Some(ChannelPayment::Failed));
@@ -179,7 +191,14 @@ async fn a_confirmed_unpaid_order_closes_and_its_stock_and_coupon_return_once() 
 #[tokio::test]
 async fn a_coupon_whose_validity_passed_is_released_as_expired() {
     let w = World::new().await;
-    let c = Coupon { coupon_id: CouponId::parse("SHORT").unwrap(), user_id: UserId::parse("u1").unwrap(), valid_until: Timestamp::from_unix_millis(T0 + 1000), state: CouponState::Available, locked_by: None, reason: None };
+    let c = Coupon {
+        coupon_id: CouponId::parse("SHORT").unwrap(),
+        user_id: UserId::parse("u1").unwrap(),
+        valid_until: Timestamp::from_unix_millis(T0 + 1000),
+        state: CouponState::Available,
+        locked_by: None,
+        reason: None,
+    };
     w.store.put_coupon(&c).await.unwrap();
     let o = w.order(Some("SHORT")).await;
     w.clock.set(T0 + WINDOW_MS);
@@ -196,24 +215,42 @@ async fn a_lease_that_expires_mid_close_is_resumed_from_closing() {
     let (o, a) = w.with_attempt(&w.order(None).await).await;
     // A closer claims CLOSING and dies before deciding.
     let due = o.expire_at;
-    let lease = ClosingLease { started_at: due, owner: "dead".into(), lease_until: due.plus(Duration::from_secs(30)), resumes: 0 };
+    let lease = ClosingLease {
+        started_at: due,
+        owner: "dead".into(),
+        lease_until: due.plus(Duration::from_secs(30)),
+        resumes: 0,
+    };
     assert_eq!(w.store.begin_closing(&o, &lease, due).await.unwrap(), Cas::Applied);
     w.channel.answer(&a.payment_id, Some(ChannelPayment::NotFound));
     w.clock.set(due.unix_millis() + 10_000);
     let held = w.closer().close(&o.order_id, "next").await.unwrap();
-    assert_eq!(held, CloseOutcome::RemindedLater { after: Duration::from_secs(20), why: "another closer holds the lease" });
+    assert_eq!(
+        held,
+        CloseOutcome::RemindedLater { after: Duration::from_secs(20), why: "another closer holds the lease" }
+    );
     w.clock.set(due.unix_millis() + 30_000);
     assert_eq!(w.closer().close(&o.order_id, "next").await.unwrap(), CloseOutcome::Closed);
     let rec = w.store.order_record(&o.order_id).await.unwrap().unwrap();
     let lease = rec.order.closing.clone().unwrap();
     assert_eq!((lease.owner.as_str(), lease.resumes), ("next", 1), "taken over once");
-    assert!(rec.order.history.iter().all(|h| h.to != OrderStatus::PendingPayment || h.from.is_none()), "never reopened");
+    assert!(
+        rec.order.history.iter().all(|h| h.to != OrderStatus::PendingPayment || h.from.is_none()),
+        "never reopened"
+    );
 }
 
 #[tokio::test]
 async fn settling_a_paid_order_confirms_stock_uses_the_coupon_and_cancels_the_wake_up() {
     let w = World::new().await;
-    let c = Coupon { coupon_id: CouponId::parse("C2").unwrap(), user_id: UserId::parse("u1").unwrap(), valid_until: Timestamp::from_unix_millis(T0 + 10 * WINDOW_MS), state: CouponState::Available, locked_by: None, reason: None };
+    let c = Coupon {
+        coupon_id: CouponId::parse("C2").unwrap(),
+        user_id: UserId::parse("u1").unwrap(),
+        valid_until: Timestamp::from_unix_millis(T0 + 10 * WINDOW_MS),
+        state: CouponState::Available,
+        locked_by: None,
+        reason: None,
+    };
     w.store.put_coupon(&c).await.unwrap();
     let (o, a) = w.with_attempt(&w.order(Some("C2")).await).await;
     let ev = Evidence { at: w.clock.now(), source: "n".into(), status: PaymentStatus::Succeeded, detail: None };
@@ -258,13 +295,17 @@ async fn refunds_complete_once_and_give_up_after_bounded_tries() {
     w.store.close_after_check(&closing, w.clock.now(), "t").await.unwrap();
     let closed = w.store.order(&o.order_id).await.unwrap().unwrap();
     let ev = Evidence { at: w.clock.now(), source: "n".into(), status: PaymentStatus::Succeeded, detail: None };
-    assert_eq!(w.store.settle_success(&closed, &a, "tx-late", ev, None, "notice").await.unwrap(), SettleResult::RefundPending);
+    assert_eq!(
+        w.store.settle_success(&closed, &a, "tx-late", ev, None, "notice").await.unwrap(),
+        SettleResult::RefundPending
+    );
 
     for i in 1..MAX_REFUND_TRIES {
         let out = process_refund(&w.store, &FailingRefunds, &w.clock, &o.order_id, &a.payment_id).await.unwrap();
         assert!(matches!(out, RefundOutcome::RetryAfter(_)), "try {i}: {out:?}");
     }
-    let RefundOutcome::GiveUp(refund) = process_refund(&w.store, &FailingRefunds, &w.clock, &o.order_id, &a.payment_id).await.unwrap()
+    let RefundOutcome::GiveUp(refund) =
+        process_refund(&w.store, &FailingRefunds, &w.clock, &o.order_id, &a.payment_id).await.unwrap()
     else {
         panic!("expected to give up after {MAX_REFUND_TRIES} tries");
     };
@@ -276,9 +317,15 @@ async fn refunds_complete_once_and_give_up_after_bounded_tries() {
     let failed = w.store.refund(&o.order_id, &a.payment_id).await.unwrap().unwrap();
     assert_eq!((failed.status, failed.tries), (RefundStatus::RefundFailed, MAX_REFUND_TRIES));
     // An operator redrives it; the channel works now: REFUND_FAILED → REFUNDED.
-    assert_eq!(process_refund(&w.store, &w.channel, &w.clock, &o.order_id, &a.payment_id).await.unwrap(), RefundOutcome::Refunded);
+    assert_eq!(
+        process_refund(&w.store, &w.channel, &w.clock, &o.order_id, &a.payment_id).await.unwrap(),
+        RefundOutcome::Refunded
+    );
     assert_eq!(w.store.refund(&o.order_id, &a.payment_id).await.unwrap().unwrap().status, RefundStatus::Refunded);
-    assert_eq!(process_refund(&w.store, &w.channel, &w.clock, &o.order_id, &a.payment_id).await.unwrap(), RefundOutcome::AlreadyDone);
+    assert_eq!(
+        process_refund(&w.store, &w.channel, &w.clock, &o.order_id, &a.payment_id).await.unwrap(),
+        RefundOutcome::AlreadyDone
+    );
     assert_eq!(w.channel.refunds.lock().unwrap().len(), 1, "the working channel was called once");
 }
 
@@ -292,7 +339,10 @@ async fn a_refund_is_sent_with_one_idempotency_key_and_recorded() {
     // The same payment reported with a different view: nothing to refund.
     assert_eq!(w.store.settle_success(&paid, &a, "tx-a", ev, None, "").await.unwrap(), SettleResult::Duplicate);
     assert!(w.store.refund(&o.order_id, &a.payment_id).await.unwrap().is_none());
-    assert_eq!(process_refund(&w.store, &w.channel, &w.clock, &o.order_id, &a.payment_id).await.unwrap(), RefundOutcome::NotFound);
+    assert_eq!(
+        process_refund(&w.store, &w.channel, &w.clock, &o.order_id, &a.payment_id).await.unwrap(),
+        RefundOutcome::NotFound
+    );
     assert!(w.channel.refunds.lock().unwrap().is_empty());
 }
 
@@ -336,7 +386,14 @@ async fn every_success_the_closer_finds_is_kept_one_pays_and_the_other_is_refund
     let (o, a) = w.with_attempt(&o).await;
     let (o, b) = w.with_attempt(&o).await;
     for p in [&a, &b] {
-        w.channel.answer(&p.payment_id, Some(ChannelPayment::Succeeded { channel_txn_id: format!("tx-{}", p.payment_id), amount: p.amount, currency: "EUR".into() }));
+        w.channel.answer(
+            &p.payment_id,
+            Some(ChannelPayment::Succeeded {
+                channel_txn_id: format!("tx-{}", p.payment_id),
+                amount: p.amount,
+                currency: "EUR".into(),
+            }),
+        );
     }
     w.clock.set(T0 + WINDOW_MS);
     assert_eq!(w.closer().close(&o.order_id, "t").await.unwrap(), CloseOutcome::Paid);
@@ -365,9 +422,18 @@ impl PaymentChannel for RacingChannel {
             return Ok(ChannelPayment::Pending);
         }
         let order = self.store.order(&self.fast.order_id).await?.unwrap();
-        let ev = Evidence { at: order.expire_at, source: "notification".into(), status: PaymentStatus::Succeeded, detail: None };
+        let ev = Evidence {
+            at: order.expire_at,
+            source: "notification".into(),
+            status: PaymentStatus::Succeeded,
+            detail: None,
+        };
         assert_eq!(self.store.settle_success(&order, &self.fast, "tx-fast", ev, None, "").await?, SettleResult::Paid);
-        Ok(ChannelPayment::Succeeded { channel_txn_id: "tx-slow".into(), amount: self.slow.amount, currency: "EUR".into() })
+        Ok(ChannelPayment::Succeeded {
+            channel_txn_id: "tx-slow".into(),
+            amount: self.slow.amount,
+            currency: "EUR".into(),
+        })
     }
     async fn cancel(&self, p: &PaymentId) -> Result<ChannelPayment, Unavailable> {
         self.query(p).await

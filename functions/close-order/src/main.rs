@@ -25,7 +25,10 @@ async fn main() -> Result<(), Error> {
         let owner = event.context.request_id.clone();
         let owner = &owner;
         Ok::<_, Error>(
-            each_sqs_message(event.payload, |body| async move { close_message(uc, owner, &body).await }).await,
+            each_sqs_message(event.payload, |m| async move {
+                close_message(uc, owner, m.body.as_deref().unwrap_or("")).await
+            })
+            .await,
         )
     }))
     .await

@@ -14,5 +14,6 @@ async fn main() -> Result<(), Error> {
     let ledger_table = std::env::var("SANDBOX_LEDGER_TABLE").unwrap_or_default();
     let ledger = (!ledger_table.is_empty()).then(|| SandboxChannel::new(dynamo, ledger_table));
     let (store, ledger) = (&store, ledger.as_ref());
-    lambda_runtime::run(service_fn(move |_: LambdaEvent<Value>| async move { run_reconcile(store, ledger).await })).await
+    lambda_runtime::run(service_fn(move |_: LambdaEvent<Value>| async move { run_reconcile(store, ledger).await }))
+        .await
 }

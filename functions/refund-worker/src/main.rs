@@ -20,5 +20,6 @@ async fn main() -> Result<(), Error> {
         clock: Box::new(SystemClock),
     };
     let worker = &worker;
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move { handle(worker, event.payload).await })).await
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move { handle(worker, event.payload).await }))
+        .await
 }

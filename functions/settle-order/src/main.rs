@@ -13,7 +13,12 @@ async fn main() -> Result<(), Error> {
     let config = sdk_config().await;
     let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), env("TABLE_NAME")?);
     // Only deletes schedules: the target and role are never used here.
-    let wakeups = EventBridgeWakeUps::new(aws_sdk_scheduler::Client::new(&config), env("SCHEDULE_GROUP")?, String::new(), String::new());
+    let wakeups = EventBridgeWakeUps::new(
+        aws_sdk_scheduler::Client::new(&config),
+        env("SCHEDULE_GROUP")?,
+        String::new(),
+        String::new(),
+    );
     let (store, wakeups) = (&store, &wakeups);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Event>| async move {
         Ok::<_, Error>(

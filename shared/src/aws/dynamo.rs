@@ -8,8 +8,7 @@ use crate::store::*;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{
-    AttributeValue as Av, CancellationReason, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
-    Update,
+    AttributeValue as Av, CancellationReason, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 use aws_sdk_dynamodb::Client;
 use std::collections::HashMap;
@@ -193,7 +192,10 @@ impl DynamoStore {
 
     /// An update of the order item guarded by its version, appending to the
     /// history in the same write.
-    fn order_update(&self, order: &Order) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+    fn order_update(
+        &self,
+        order: &Order,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
         self.client
             .update_item()
             .table_name(&self.table)
@@ -333,7 +335,8 @@ impl OrderStore for DynamoStore {
                     )
                     .build(),
             );
-            let mut res = to_item(&Reservation { sku: line.sku.clone(), qty: line.qty, status: ReservationStatus::Reserved });
+            let mut res =
+                to_item(&Reservation { sku: line.sku.clone(), qty: line.qty, status: ReservationStatus::Reserved });
             res.extend(key(keys::order(&order.order_id), &keys::stock_reservation_sk(&line.sku)));
             res.insert("entity".into(), s("RESERVATION"));
             res.insert("version".into(), n(1));
@@ -354,9 +357,7 @@ impl OrderStore for DynamoStore {
                             .table_name(&self.table)
                             .set_key(Some(key(keys::coupon(coupon_id), keys::COUPON_SK)))
                             .update_expression("SET #state = :locked, locked_by = :o")
-                            .condition_expression(
-                                "#state = :available AND user_id = :u AND valid_until > :now",
-                            )
+                            .condition_expression("#state = :available AND user_id = :u AND valid_until > :now")
                             .expression_attribute_names("#state", "state")
                             .expression_attribute_values(":locked", s("LOCKED"))
                             .expression_attribute_values(":available", s("AVAILABLE"))
@@ -368,7 +369,8 @@ impl OrderStore for DynamoStore {
                     )
                     .build(),
             );
-            let mut lock = to_item(&CouponLock { coupon_id: coupon_id.clone(), status: CouponLockStatus::Locked, reason: None });
+            let mut lock =
+                to_item(&CouponLock { coupon_id: coupon_id.clone(), status: CouponLockStatus::Locked, reason: None });
             lock.extend(key(keys::order(&order.order_id), &keys::coupon_lock_sk(coupon_id)));
             lock.insert("entity".into(), s("COUPON_LOCK"));
             lock.insert("locked_at".into(), s(now.to_string()));
@@ -444,7 +446,12 @@ impl OrderStore for DynamoStore {
             .expression_attribute_values(":now", s(now.to_string()))
             .expression_attribute_values(
                 ":h",
-                history_entry(now, OrderStatus::PendingPayment, OrderStatus::Closed, "expired unpaid, no payment attempt"),
+                history_entry(
+                    now,
+                    OrderStatus::PendingPayment,
+                    OrderStatus::Closed,
+                    "expired unpaid, no payment attempt",
+                ),
             );
         self.cas(req, "close unpaid order").await
     }
@@ -597,7 +604,9 @@ impl OrderStore for DynamoStore {
                 .update_item()
                 .table_name(&self.table)
                 .set_key(Some(key(keys::sku(sku), keys::STOCK_SK)))
-                .update_expression("SET available = :a, reserved = if_not_exists(reserved, :zero), sku = :sku, entity = :e")
+                .update_expression(
+                    "SET available = :a, reserved = if_not_exists(reserved, :zero), sku = :sku, entity = :e",
+                )
                 .expression_attribute_values(":a", n(available))
                 .expression_attribute_values(":zero", n(0))
                 .expression_attribute_values(":sku", s(sku.as_str()))
@@ -660,7 +669,9 @@ impl DynamoStore {
             ReservationEvent::Release => {
                 (ReservationStatus::Released, "SET available = available + :q, reserved = reserved - :q")
             }
-            ReservationEvent::Confirm => (ReservationStatus::Confirmed, "SET reserved = reserved - :q, sold = if_not_exists(sold, :zero) + :q"),
+            ReservationEvent::Confirm => {
+                (ReservationStatus::Confirmed, "SET reserved = reserved - :q, sold = if_not_exists(sold, :zero) + :q")
+            }
         };
         let reservation = Update::builder()
             .table_name(&self.table)

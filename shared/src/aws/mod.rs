@@ -2,8 +2,8 @@
 
 pub mod dynamo;
 pub mod payments;
-pub mod sandbox;
 pub mod queue;
+pub mod sandbox;
 pub mod scheduler;
 
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
@@ -12,18 +12,13 @@ use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
 /// HTTPS client shared by every service client. `AWS_ENDPOINT_URL` in the
 /// environment points everything at a local emulator.
 pub async fn sdk_config() -> aws_config::SdkConfig {
-    aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .http_client(http_client())
-        .load()
-        .await
+    aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(http_client()).load().await
 }
 
 /// The SDK's HTTP client: rustls with ring, built explicitly because the
 /// SDK crates are compiled without their default (two-TLS-stack) features.
 pub fn http_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
-    aws_smithy_http_client::Builder::new()
-        .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
-        .build_https()
+    aws_smithy_http_client::Builder::new().tls_provider(tls::Provider::Rustls(CryptoMode::Ring)).build_https()
 }
 
 /// Reads a required environment variable, naming it when it is missing.

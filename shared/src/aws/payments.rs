@@ -41,7 +41,14 @@ impl DynamoStore {
         put(self.table(), item, Some("attribute_not_exists(pk)"))
     }
 
-    fn payment_update(&self, p: &PaymentAttempt, status: PaymentStatus, e: &Evidence, txn: Option<&str>, only_unsettled: bool) -> TransactWriteItem {
+    fn payment_update(
+        &self,
+        p: &PaymentAttempt,
+        status: PaymentStatus,
+        e: &Evidence,
+        txn: Option<&str>,
+        only_unsettled: bool,
+    ) -> TransactWriteItem {
         let mut u = Update::builder()
             .table_name(self.table())
             .set_key(Some(key(keys::order(&p.order_id), &keys::payment_sk(&p.payment_id))))
@@ -62,7 +69,9 @@ impl DynamoStore {
         } else {
             // A success names its channel transaction once; a report of the
             // same payment with another transaction id is a mismatch.
-            u.condition_expression("attribute_exists(pk) AND (attribute_not_exists(channel_txn_id) OR channel_txn_id = :t)")
+            u.condition_expression(
+                "attribute_exists(pk) AND (attribute_not_exists(channel_txn_id) OR channel_txn_id = :t)",
+            )
         };
         TransactWriteItem::builder().update(u.build().expect("complete update")).build()
     }
@@ -109,7 +118,8 @@ impl PaymentStore for DynamoStore {
         let Some(pointer) = self.get_item(format!("PAYMENT#{payment_id}"), "PAYMENT").await? else {
             return Ok(None);
         };
-        let Some(order_id) = pointer.get("order_id").and_then(|v| v.as_s().ok()).and_then(|o| OrderId::parse(o.clone()).ok())
+        let Some(order_id) =
+            pointer.get("order_id").and_then(|v| v.as_s().ok()).and_then(|o| OrderId::parse(o.clone()).ok())
         else {
             return Err(Unavailable::new("payment pointer", "pointer without order_id"));
         };
@@ -159,8 +169,13 @@ impl PaymentStore for DynamoStore {
             PaymentSuccessOutcome::MarkPaid => {
                 let cause = format!("payment {} succeeded ({})", payment.payment_id, evidence.source);
                 let h = Av::L(vec![Av::M(
-                    serde_dynamo::to_item(StatusChange { at: now, from: Some(order.status), to: OrderStatus::Paid, cause })
-                        .expect("serialisable"),
+                    serde_dynamo::to_item(StatusChange {
+                        at: now,
+                        from: Some(order.status),
+                        to: OrderStatus::Paid,
+                        cause,
+                    })
+                    .expect("serialisable"),
                 )]);
                 let u = Update::builder()
                     .table_name(self.table())

@@ -239,7 +239,12 @@ impl PaymentChannel for SandboxChannel {
         }
     }
 
-    async fn refund(&self, payment_id: &PaymentId, amount: i64, idempotency_key: &str) -> Result<RefundResult, Unavailable> {
+    async fn refund(
+        &self,
+        payment_id: &PaymentId,
+        amount: i64,
+        idempotency_key: &str,
+    ) -> Result<RefundResult, Unavailable> {
         // A planted failure is consumed one call at a time.
         let failing = self
             .client

@@ -4,9 +4,7 @@ use crate::domain::{OrderId, Timestamp};
 use crate::ports::{Scheduled, Unavailable, WakeUpScheduler};
 use async_trait::async_trait;
 use aws_sdk_scheduler::error::ProvideErrorMetadata;
-use aws_sdk_scheduler::types::{
-    ActionAfterCompletion, FlexibleTimeWindow, FlexibleTimeWindowMode, Target,
-};
+use aws_sdk_scheduler::types::{ActionAfterCompletion, FlexibleTimeWindow, FlexibleTimeWindowMode, Target};
 use aws_sdk_scheduler::Client;
 
 pub struct EventBridgeWakeUps {
@@ -63,13 +61,7 @@ impl WakeUpScheduler for EventBridgeWakeUps {
     }
 
     async fn cancel_wake_up(&self, order_id: &OrderId) -> Result<(), Unavailable> {
-        let res = self
-            .client
-            .delete_schedule()
-            .name(schedule_name(order_id))
-            .group_name(&self.group)
-            .send()
-            .await;
+        let res = self.client.delete_schedule().name(schedule_name(order_id)).group_name(&self.group).send().await;
         match res {
             Ok(_) => Ok(()),
             Err(e) if e.as_service_error().and_then(|s| s.code()) == Some("ResourceNotFoundException") => Ok(()),

@@ -31,7 +31,9 @@ pub enum CouponState {
 pub enum CouponLockEvent {
     /// The order closed; `still_valid` says whether the coupon's own
     /// validity has not yet passed.
-    Release { still_valid: bool },
+    Release {
+        still_valid: bool,
+    },
     Void,
     Use,
 }
@@ -68,9 +70,7 @@ pub fn apply(from: CouponLockStatus, event: CouponLockEvent) -> Result<Step<Coup
         (Locked, E::Void) => Ok(Step::Moved(Void)),
         (Locked, E::Use) => Ok(Step::Moved(Used)),
         // A repeated release is a duplicate whichever way the first went.
-        (Available | Expired, E::Release { .. }) | (Void, E::Void) | (Used, E::Use) => {
-            Ok(Step::AlreadyThere)
-        }
+        (Available | Expired, E::Release { .. }) | (Void, E::Void) | (Used, E::Use) => Ok(Step::AlreadyThere),
         (from, e) => Err(Refused { from: from.as_str(), event: e.as_str() }),
     }
 }

@@ -14,13 +14,8 @@ fn check(kind: &str, s: &str, max: usize) -> Result<(), InvalidId> {
     }
     // `#` separates key parts in the table; keeping ids to a safe alphabet
     // means no id can forge another record's key.
-    if !s
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.' || b == b':')
-    {
-        return Err(InvalidId(format!(
-            "{kind} may only contain letters, digits, '-', '_', '.' and ':'"
-        )));
+    if !s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.' || b == b':') {
+        return Err(InvalidId(format!("{kind} may only contain letters, digits, '-', '_', '.' and ':'")));
     }
     Ok(())
 }

@@ -19,9 +19,7 @@ impl Currency {
         if s.len() == 3 && s.bytes().all(|b| b.is_ascii_uppercase()) {
             Ok(Self(s))
         } else {
-            Err(InvalidMoney(
-                "currency must be an ISO 4217 code of three upper-case letters, e.g. \"EUR\"".into(),
-            ))
+            Err(InvalidMoney("currency must be an ISO 4217 code of three upper-case letters, e.g. \"EUR\"".into()))
         }
     }
     pub fn as_str(&self) -> &str {

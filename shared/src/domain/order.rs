@@ -173,15 +173,11 @@ pub enum CloseDecision {
 pub fn decide_close(order: &Order, now: Timestamp) -> CloseDecision {
     match order.status {
         s @ (OrderStatus::Paid | OrderStatus::Closed) => CloseDecision::AlreadyFinal(s),
-        OrderStatus::PendingPayment if now < order.expire_at => {
-            CloseDecision::NotYetDue(now.until(order.expire_at))
-        }
+        OrderStatus::PendingPayment if now < order.expire_at => CloseDecision::NotYetDue(now.until(order.expire_at)),
         OrderStatus::PendingPayment if order.payment_attempts == 0 => CloseDecision::CloseNow,
         OrderStatus::PendingPayment => CloseDecision::BeginClosing,
         OrderStatus::Closing => match &order.closing {
-            Some(lease) if now < lease.lease_until => {
-                CloseDecision::LeaseHeld(now.until(lease.lease_until))
-            }
+            Some(lease) if now < lease.lease_until => CloseDecision::LeaseHeld(now.until(lease.lease_until)),
             _ => CloseDecision::ResumeClosing,
         },
     }

@@ -17,14 +17,13 @@ pub struct Timestamp(OffsetDateTime);
 #[error("not an RFC 3339 timestamp: {0}")]
 pub struct InvalidTimestamp(pub String);
 
-const FIXED: &[time::format_description::BorrowedFormatItem<'static>] = format_description!(
-    "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
-);
+const FIXED: &[time::format_description::BorrowedFormatItem<'static>] =
+    format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
 
 impl Timestamp {
     pub fn from_unix_millis(ms: i64) -> Self {
-        let t = OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-            .expect("unix millis within range");
+        let t =
+            OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).expect("unix millis within range");
         Self(t)
     }
     pub fn unix_millis(&self) -> i64 {
@@ -55,8 +54,7 @@ impl Timestamp {
         let ms = self.unix_millis();
         let secs = ms.div_euclid(1000) + i64::from(ms.rem_euclid(1000) != 0);
         let t = OffsetDateTime::from_unix_timestamp(secs).expect("in range");
-        t.format(format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]"))
-            .expect("formattable")
+        t.format(format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]")).expect("formattable")
     }
 }
 

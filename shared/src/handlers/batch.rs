@@ -2,7 +2,7 @@
 //! batch responses.
 
 use aws_lambda_events::event::dynamodb::{Event as StreamEvent, EventRecord};
-use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use std::future::Future;
 use tracing::error;
@@ -34,14 +34,14 @@ where
 /// one bad message never makes the rest of the batch run again.
 pub async fn each_sqs_message<F, Fut, E>(event: SqsEvent, mut f: F) -> SqsBatchResponse
 where
-    F: FnMut(String) -> Fut,
+    F: FnMut(SqsMessage) -> Fut,
     Fut: Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
     let mut response = SqsBatchResponse::default();
     for message in event.records {
         let id = message.message_id.clone().unwrap_or_default();
-        if let Err(e) = f(message.body.unwrap_or_default()).await {
+        if let Err(e) = f(message).await {
             error!(message_id = %id, error = %e, "message failed; will be retried");
             let mut failure = BatchItemFailure::default();
             failure.item_identifier = id;

@@ -50,8 +50,12 @@ pub async fn order_api(app: &OrderApi, req: Request) -> Response<Body> {
     let body = body_bytes(&req);
     let store = &app.store;
     let result = match route.as_str() {
-        "GET /orders/{order_id}" => queries::get_order(store, &path_param(&req, "order_id"), false).await.map(|v| (200, v)),
-        "GET /admin/orders/{order_id}" => queries::get_order(store, &path_param(&req, "order_id"), true).await.map(|v| (200, v)),
+        "GET /orders/{order_id}" => {
+            queries::get_order(store, &path_param(&req, "order_id"), false).await.map(|v| (200, v))
+        }
+        "GET /admin/orders/{order_id}" => {
+            queries::get_order(store, &path_param(&req, "order_id"), true).await.map(|v| (200, v))
+        }
         "POST /orders/{order_id}/payments" => payments::start_payment(
             store,
             app.sandbox.as_ref(),
@@ -68,7 +72,9 @@ pub async fn order_api(app: &OrderApi, req: Request) -> Response<Body> {
         "PUT /admin/coupons/{coupon_id}" => {
             queries::put_coupon(store, &path_param(&req, "coupon_id"), body).await.map(|v| (200, v))
         }
-        "GET /admin/coupons/{coupon_id}" => queries::get_coupon(store, &path_param(&req, "coupon_id")).await.map(|v| (200, v)),
+        "GET /admin/coupons/{coupon_id}" => {
+            queries::get_coupon(store, &path_param(&req, "coupon_id")).await.map(|v| (200, v))
+        }
         other => Err(ApiError::not_found(format!("route {other}"))),
     };
     respond(result)

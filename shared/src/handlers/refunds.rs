@@ -59,18 +59,8 @@ pub async fn handle(w: &RefundWorker, event: Value) -> Result<Value, Error> {
 }
 
 async fn sqs(w: &RefundWorker, event: SqsEvent) -> SqsBatchResponse {
-    // Receipt handles by message id, to set a message's retry delay.
-    let receipts: std::collections::HashMap<String, String> = event
-        .records
-        .iter()
-        .filter_map(|m| Some((m.message_id.clone()?, m.receipt_handle.clone()?)))
-        .collect();
-    let receipts = &receipts;
-    let mut ids = event.records.iter().map(|m| m.message_id.clone().unwrap_or_default()).collect::<Vec<_>>().into_iter();
-    let ids = std::sync::Mutex::new(&mut ids);
-    let ids = &ids;
-    each_sqs_message(event, |body| async move {
-        let message_id = ids.lock().expect("not poisoned").next().unwrap_or_default();
+    each_sqs_message(event, |message| async move {
+        let body = message.body.unwrap_or_default();
         let msg: RefundMessage = serde_json::from_str(&body).map_err(|e| format!("malformed refund message: {e}"))?;
         match process_refund(&w.store, &w.channel, w.clock.as_ref(), &msg.order_id, &msg.payment_id)
             .await
@@ -80,7 +70,7 @@ async fn sqs(w: &RefundWorker, event: SqsEvent) -> SqsBatchResponse {
             RefundOutcome::RetryAfter(after) => {
                 // Failing the message with a longer visibility is the
                 // backoff: SQS redelivers it after `after`.
-                if let Some(receipt) = receipts.get(&message_id) {
+                if let Some(receipt) = &message.receipt_handle {
                     if let Err(e) = w
                         .sqs
                         .change_message_visibility()

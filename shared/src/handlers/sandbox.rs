@@ -30,8 +30,10 @@ fn webhook_url(app: &Sandbox, req: &Request) -> String {
     let uri = req.uri();
     let path = uri.path();
     let base = path.find("/sandbox/").map(|i| &path[..i]).unwrap_or("");
-    let host = header(req, "host").map(str::to_owned).or_else(|| uri.authority().map(|a| a.to_string())).unwrap_or_default();
-    let scheme = header(req, "x-forwarded-proto").unwrap_or(if host.starts_with("127.") || host.starts_with("localhost") { "http" } else { "https" });
+    let host =
+        header(req, "host").map(str::to_owned).or_else(|| uri.authority().map(|a| a.to_string())).unwrap_or_default();
+    let scheme = header(req, "x-forwarded-proto")
+        .unwrap_or(if host.starts_with("127.") || host.starts_with("localhost") { "http" } else { "https" });
     format!("{scheme}://{host}{base}/payments/sandbox/notify")
 }
 
@@ -42,7 +44,8 @@ pub async fn settle(app: &Sandbox, req: Request) -> Response<Body> {
 async fn settle_inner(app: &Sandbox, req: &Request) -> Result<Value, ApiError> {
     let raw_id = path_param(req, "payment_id");
     let payment_id = PaymentId::parse(raw_id.clone()).map_err(|_| ApiError::not_found(format!("payment {raw_id}")))?;
-    let body: Value = serde_json::from_slice(body_bytes(req)).map_err(|e| ApiError::invalid(format!("body is not valid JSON: {e}")))?;
+    let body: Value = serde_json::from_slice(body_bytes(req))
+        .map_err(|e| ApiError::invalid(format!("body is not valid JSON: {e}")))?;
     let outcome = match body.get("outcome").and_then(Value::as_str) {
         None => None,
         Some("SUCCEEDED") => Some(PaymentStatus::Succeeded),

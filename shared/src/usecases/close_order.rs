@@ -30,7 +30,10 @@ pub enum CloseOutcome {
     NotFound,
     /// Put back: early wake-up, a live lease held by another closer, or an
     /// unknown payment state.
-    RemindedLater { after: Duration, why: &'static str },
+    RemindedLater {
+        after: Duration,
+        why: &'static str,
+    },
 }
 
 pub struct CloseOrder<S, C, Q> {
@@ -100,7 +103,9 @@ where
                     metrics::count("EarlyWakeUp", 1);
                     return self.later(order_id, after, "not yet due").await;
                 }
-                CloseDecision::LeaseHeld(after) => return self.later(order_id, after, "another closer holds the lease").await,
+                CloseDecision::LeaseHeld(after) => {
+                    return self.later(order_id, after, "another closer holds the lease").await
+                }
                 CloseDecision::CloseNow => match self.store.close_unpaid(&order, now).await? {
                     Cas::Applied => {
                         let lag = order.expire_at.until(now);
@@ -267,7 +272,8 @@ where
             // entry per retry, so a long channel outage cannot grow the
             // record without bound.
             if status != PaymentStatus::Succeeded && status != p.status {
-                let evidence = Evidence { at: now, source: "channel_query".into(), status, detail: Some(detail.clone()) };
+                let evidence =
+                    Evidence { at: now, source: "channel_query".into(), status, detail: Some(detail.clone()) };
                 self.store.record_payment_fact(p, status, evidence, None).await?;
             }
             match verdict {
@@ -307,7 +313,10 @@ where
                     // Money moved, but not the money asked for: neither paid
                     // nor unpaid. Hold and alarm.
                     metrics::count("PaymentMismatch", 1);
-                    Verdict::Unknown(format!("channel success with {amount} {currency}, expected {} {}", p.amount, p.currency))
+                    Verdict::Unknown(format!(
+                        "channel success with {amount} {currency}, expected {} {}",
+                        p.amount, p.currency
+                    ))
                 }
             }
             Ok(ChannelPayment::Failed) => Verdict::Unpaid("failed or closed at the channel".into()),
@@ -319,7 +328,9 @@ where
                 Verdict::Unpaid("the channel has no such payment: nothing charged".into())
             }
             Ok(ChannelPayment::NotFound) => Verdict::Unknown("the channel does not know the payment yet".into()),
-            Ok(ChannelPayment::Pending) => Verdict::Unknown("still processing and could not be closed at the channel".into()),
+            Ok(ChannelPayment::Pending) => {
+                Verdict::Unknown("still processing and could not be closed at the channel".into())
+            }
             Err(e) => Verdict::Unknown(format!("channel did not answer: {e}")),
         }
     }

@@ -33,10 +33,7 @@ fn field<'a>(obj: &'a serde_json::Map<String, Value>, name: &str) -> Result<&'a 
 }
 
 fn string_field(obj: &serde_json::Map<String, Value>, name: &str) -> Result<String, ApiError> {
-    field(obj, name)?
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| ApiError::invalid(format!("{name} must be a string")))
+    field(obj, name)?.as_str().map(str::to_owned).ok_or_else(|| ApiError::invalid(format!("{name} must be a string")))
 }
 
 fn reject_unknown(obj: &serde_json::Map<String, Value>, known: &[&str], at: &str) -> Result<(), ApiError> {
@@ -49,8 +46,8 @@ fn reject_unknown(obj: &serde_json::Map<String, Value>, known: &[&str], at: &str
 impl CreateOrderRequest {
     /// Parses and validates a request body; every error names the field.
     pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
-        let value: Value = serde_json::from_slice(body)
-            .map_err(|e| ApiError::invalid(format!("body is not valid JSON: {e}")))?;
+        let value: Value =
+            serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("body is not valid JSON: {e}")))?;
         let obj = value.as_object().ok_or_else(|| ApiError::invalid("body must be a JSON object"))?;
         reject_unknown(obj, &["user_id", "currency", "items", "coupon_id"], "")?;
         let user_id = UserId::parse(string_field(obj, "user_id")?).map_err(|e| ApiError::invalid(e.0))?;
@@ -60,9 +57,7 @@ impl CreateOrderRequest {
             Some(Value::String(c)) => Some(CouponId::parse(c.clone()).map_err(|e| ApiError::invalid(e.0))?),
             Some(_) => return Err(ApiError::invalid("coupon_id must be a string")),
         };
-        let raw_items = field(obj, "items")?
-            .as_array()
-            .ok_or_else(|| ApiError::invalid("items must be an array"))?;
+        let raw_items = field(obj, "items")?.as_array().ok_or_else(|| ApiError::invalid("items must be an array"))?;
         if raw_items.is_empty() || raw_items.len() > MAX_LINES {
             return Err(ApiError::invalid(format!("items must hold 1 to {MAX_LINES} lines")));
         }
@@ -71,22 +66,22 @@ impl CreateOrderRequest {
             let at = format!("items[{i}].");
             let line = raw.as_object().ok_or_else(|| ApiError::invalid(format!("items[{i}] must be an object")))?;
             reject_unknown(line, &["sku", "qty", "unit_price"], &at)?;
-            let sku = Sku::parse(string_field(line, "sku").map_err(|_| ApiError::invalid(format!("{at}sku must be a string")))?)
-                .map_err(|e| ApiError::invalid(format!("{at}{}", e.0)))?;
+            let sku = Sku::parse(
+                string_field(line, "sku").map_err(|_| ApiError::invalid(format!("{at}sku must be a string")))?,
+            )
+            .map_err(|e| ApiError::invalid(format!("{at}{}", e.0)))?;
             let qty = line
                 .get("qty")
                 .and_then(Value::as_u64)
                 .filter(|q| (1..=MAX_QTY).contains(q))
                 .ok_or_else(|| ApiError::invalid(format!("{at}qty must be an integer from 1 to {MAX_QTY}")))?;
-            let unit_price = line
-                .get("unit_price")
-                .and_then(Value::as_i64)
-                .filter(|p| *p >= 0)
-                .ok_or_else(|| {
-                    ApiError::invalid(format!("{at}unit_price must be a non-negative integer in minor units"))
-                })?;
+            let unit_price = line.get("unit_price").and_then(Value::as_i64).filter(|p| *p >= 0).ok_or_else(|| {
+                ApiError::invalid(format!("{at}unit_price must be a non-negative integer in minor units"))
+            })?;
             if items.iter().any(|l| l.sku == sku) {
-                return Err(ApiError::invalid(format!("{at}sku repeats an earlier line; put the quantity on one line")));
+                return Err(ApiError::invalid(format!(
+                    "{at}sku repeats an earlier line; put the quantity on one line"
+                )));
             }
             line_total(qty as u32, unit_price).map_err(|e| ApiError::invalid(format!("{at}{}", e.0)))?;
             items.push(OrderLine { sku, qty: qty as u32, unit_price });
@@ -160,11 +155,9 @@ impl<S: OrderStore> CreateOrder<S> {
                 Ok(Created { order, replayed: false })
             }
             CreateResult::Replay { order_id, same_request: true } => {
-                let order = self
-                    .store
-                    .order(&order_id)
-                    .await?
-                    .ok_or_else(|| crate::ports::Unavailable::new("idempotent replay", "order of the key is missing"))?;
+                let order = self.store.order(&order_id).await?.ok_or_else(|| {
+                    crate::ports::Unavailable::new("idempotent replay", "order of the key is missing")
+                })?;
                 info!(order_id = %order.order_id, "idempotent replay");
                 Ok(Created { order, replayed: true })
             }
@@ -212,9 +205,18 @@ mod tests {
 
     #[test]
     fn the_hash_ignores_formatting_but_not_content() {
-        let a = CreateOrderRequest::parse(br#"{"user_id":"u","currency":"EUR","items":[{"sku":"a","qty":1,"unit_price":5}]}"#).unwrap();
-        let b = CreateOrderRequest::parse(b"{ \"items\": [ {\"unit_price\":5, \"qty\":1, \"sku\":\"a\"} ], \"currency\":\"EUR\", \"user_id\":\"u\" }").unwrap();
-        let c = CreateOrderRequest::parse(br#"{"user_id":"u","currency":"EUR","items":[{"sku":"a","qty":2,"unit_price":5}]}"#).unwrap();
+        let a = CreateOrderRequest::parse(
+            br#"{"user_id":"u","currency":"EUR","items":[{"sku":"a","qty":1,"unit_price":5}]}"#,
+        )
+        .unwrap();
+        let b = CreateOrderRequest::parse(
+            b"{ \"items\": [ {\"unit_price\":5, \"qty\":1, \"sku\":\"a\"} ], \"currency\":\"EUR\", \"user_id\":\"u\" }",
+        )
+        .unwrap();
+        let c = CreateOrderRequest::parse(
+            br#"{"user_id":"u","currency":"EUR","items":[{"sku":"a","qty":2,"unit_price":5}]}"#,
+        )
+        .unwrap();
         assert_eq!(a.request_hash(), b.request_hash());
         assert_ne!(a.request_hash(), c.request_hash());
         assert_eq!(c.amount_total().unwrap(), 10);

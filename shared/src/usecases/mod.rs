@@ -2,10 +2,10 @@
 //! business decision for its trigger; handlers only decode and encode.
 
 pub mod close_order;
+pub mod create_order;
 pub mod payments;
+pub mod queries;
 pub mod reconcile;
 pub mod refunds;
-pub mod create_order;
-pub mod queries;
 pub mod release_order;
 pub mod schedule_wakeup;

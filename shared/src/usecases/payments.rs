@@ -123,7 +123,8 @@ pub async fn handle_notification<S: OrderStore + PaymentStore>(
     let n: PaymentNotification =
         serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("notification body: {e}")))?;
     let channel = ChannelName::parse(channel).map_err(|e| ApiError::invalid(e.0))?;
-    if n.notify_id.is_empty() || n.notify_id.len() > 128 || n.channel_txn_id.is_empty() || n.channel_txn_id.len() > 128 {
+    if n.notify_id.is_empty() || n.notify_id.len() > 128 || n.channel_txn_id.is_empty() || n.channel_txn_id.len() > 128
+    {
         return Err(ApiError::invalid("notify_id and channel_txn_id must be 1 to 128 characters"));
     }
     let status = match n.status.as_str() {
@@ -131,11 +132,10 @@ pub async fn handle_notification<S: OrderStore + PaymentStore>(
         "FAILED" => PaymentStatus::Failed,
         other => return Err(ApiError::invalid(format!("status {other:?} must be SUCCEEDED or FAILED"))),
     };
-    let payment_id = PaymentId::parse(n.payment_id.clone()).map_err(|_| ApiError::not_found(format!("payment {}", n.payment_id)))?;
-    let payment = store
-        .attempt(&payment_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("payment {payment_id}")))?;
+    let payment_id =
+        PaymentId::parse(n.payment_id.clone()).map_err(|_| ApiError::not_found(format!("payment {}", n.payment_id)))?;
+    let payment =
+        store.attempt(&payment_id).await?.ok_or_else(|| ApiError::not_found(format!("payment {payment_id}")))?;
     let mismatch = if payment.order_id.as_str() != n.order_id {
         Some("order_id")
     } else if payment.channel != channel {

@@ -123,7 +123,8 @@ pub async fn put_coupon<S: OrderStore>(store: &S, coupon_id: &str, body: &[u8]) 
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::invalid("valid_until is required (RFC 3339, e.g. 2030-01-01T00:00:00Z)"))
         .and_then(|t| Timestamp::parse(t).map_err(|e| ApiError::invalid(format!("valid_until: {e}"))))?;
-    let coupon = Coupon { coupon_id, user_id, valid_until, state: CouponState::Available, locked_by: None, reason: None };
+    let coupon =
+        Coupon { coupon_id, user_id, valid_until, state: CouponState::Available, locked_by: None, reason: None };
     match store.put_coupon(&coupon).await? {
         PutCoupon::Stored => Ok(coupon_view(&coupon)),
         PutCoupon::Locked => Err(ApiError::conflict(

@@ -44,12 +44,7 @@ pub fn reconcile(records: &[OrderRecord], ledger: &[LedgerEntry]) -> Report {
     let by_payment: HashMap<&str, &LedgerEntry> = ledger.iter().map(|e| (e.payment_id.as_str(), e)).collect();
     let mut out = Vec::new();
     let mut push = |kind, order: &OrderId, payment: Option<&PaymentId>, detail: String| {
-        out.push(Discrepancy {
-            kind,
-            order_id: order.to_string(),
-            payment_id: payment.map(|p| p.to_string()),
-            detail,
-        })
+        out.push(Discrepancy { kind, order_id: order.to_string(), payment_id: payment.map(|p| p.to_string()), detail })
     };
     let mut payments_checked = 0;
     let mut refunds_pending = 0;
@@ -66,8 +61,12 @@ pub fn reconcile(records: &[OrderRecord], ledger: &[LedgerEntry]) -> Report {
             let channel_success = entry.is_some_and(|e| e.status == PaymentStatus::Succeeded);
             if let Some(e) = entry {
                 if e.amount != p.amount || e.currency != p.currency {
-                    push("amount_mismatch", &o.order_id, Some(&p.payment_id),
-                        format!("channel {} {}, attempt {} {}", e.amount, e.currency, p.amount, p.currency));
+                    push(
+                        "amount_mismatch",
+                        &o.order_id,
+                        Some(&p.payment_id),
+                        format!("channel {} {}, attempt {} {}", e.amount, e.currency, p.amount, p.currency),
+                    );
                 }
                 if channel_success {
                     paid += e.amount;
@@ -78,40 +77,66 @@ pub fn reconcile(records: &[OrderRecord], ledger: &[LedgerEntry]) -> Report {
                 let is_the_payment = o.paid_by.as_ref() == Some(&p.payment_id);
                 match o.status {
                     OrderStatus::PendingPayment | OrderStatus::Closing => push(
-                        "channel_success_order_unpaid", &o.order_id, Some(&p.payment_id),
-                        format!("channel says paid, order is {}", o.status.as_str())),
+                        "channel_success_order_unpaid",
+                        &o.order_id,
+                        Some(&p.payment_id),
+                        format!("channel says paid, order is {}", o.status.as_str()),
+                    ),
                     OrderStatus::Closed | OrderStatus::Paid if !is_the_payment && refund.is_none() => push(
-                        "success_after_close_without_refund", &o.order_id, Some(&p.payment_id),
-                        format!("money taken for a {} order without a refund", o.status.as_str())),
+                        "success_after_close_without_refund",
+                        &o.order_id,
+                        Some(&p.payment_id),
+                        format!("money taken for a {} order without a refund", o.status.as_str()),
+                    ),
                     _ => {}
                 }
             }
             if let Some(f) = refund {
                 let channel_refunded = entry.is_some_and(|e| e.refund_id.is_some());
                 match (f.status, channel_refunded) {
-                    (RefundStatus::Refunded, false) => push("refund_state_mismatch", &o.order_id, Some(&p.payment_id),
-                        "refund REFUNDED locally, not at the channel".into()),
-                    (RefundStatus::RefundPending | RefundStatus::RefundFailed, true) => push("refund_state_mismatch", &o.order_id, Some(&p.payment_id),
-                        format!("refund {} locally, refunded at the channel", f.status.as_str())),
+                    (RefundStatus::Refunded, false) => push(
+                        "refund_state_mismatch",
+                        &o.order_id,
+                        Some(&p.payment_id),
+                        "refund REFUNDED locally, not at the channel".into(),
+                    ),
+                    (RefundStatus::RefundPending | RefundStatus::RefundFailed, true) => push(
+                        "refund_state_mismatch",
+                        &o.order_id,
+                        Some(&p.payment_id),
+                        format!("refund {} locally, refunded at the channel", f.status.as_str()),
+                    ),
                     (RefundStatus::RefundPending, false) => pending_refund = true,
                     _ => {}
                 }
             } else if entry.is_some_and(|e| e.refund_id.is_some()) {
-                push("refund_state_mismatch", &o.order_id, Some(&p.payment_id), "refunded at the channel with no local refund".into());
+                push(
+                    "refund_state_mismatch",
+                    &o.order_id,
+                    Some(&p.payment_id),
+                    "refunded at the channel with no local refund".into(),
+                );
             }
         }
         if o.status == OrderStatus::Paid {
             let paid_by = o.paid_by.as_ref();
-            let ok = paid_by
-                .and_then(|p| by_payment.get(p.as_str()))
-                .is_some_and(|e| e.status == PaymentStatus::Succeeded);
+            let ok =
+                paid_by.and_then(|p| by_payment.get(p.as_str())).is_some_and(|e| e.status == PaymentStatus::Succeeded);
             if !ok {
-                push("order_paid_without_channel_success", &o.order_id, paid_by,
-                    "order PAID but the channel has no success for its payment".into());
+                push(
+                    "order_paid_without_channel_success",
+                    &o.order_id,
+                    paid_by,
+                    "order PAID but the channel has no success for its payment".into(),
+                );
             }
             for res in r.reservations.iter().filter(|x| x.status == ReservationStatus::Released) {
-                push("reservation_released_on_paid_order", &o.order_id, None,
-                    format!("reservation of {} RELEASED on a PAID order", res.sku));
+                push(
+                    "reservation_released_on_paid_order",
+                    &o.order_id,
+                    None,
+                    format!("reservation of {} RELEASED on a PAID order", res.sku),
+                );
             }
         }
         if pending_refund {
@@ -128,15 +153,27 @@ pub fn reconcile(records: &[OrderRecord], ledger: &[LedgerEntry]) -> Report {
         };
         if let Some(expected) = expected {
             if net != expected {
-                push("funds_identity_violation", &o.order_id, None,
-                    format!("{} order: paid {paid} − refunded {refunded} = {net}, expected {expected}", o.status.as_str()));
+                push(
+                    "funds_identity_violation",
+                    &o.order_id,
+                    None,
+                    format!(
+                        "{} order: paid {paid} − refunded {refunded} = {net}, expected {expected}",
+                        o.status.as_str()
+                    ),
+                );
             }
         }
     }
     // Money at the channel for an order we do not know at all.
     for e in ledger {
         if e.status == PaymentStatus::Succeeded && !known_orders.contains_key(e.order_id.as_str()) {
-            push("channel_success_order_unpaid", &e.order_id, Some(&e.payment_id), "channel success for an unknown order".into());
+            push(
+                "channel_success_order_unpaid",
+                &e.order_id,
+                Some(&e.payment_id),
+                "channel success for an unknown order".into(),
+            );
         }
     }
     let mut counts: BTreeMap<&'static str, usize> = KINDS.iter().map(|k| (*k, 0)).collect();
@@ -231,14 +268,24 @@ mod tests {
     #[test]
     fn clean_paid_and_refunded_late_orders_report_nothing() {
         let records = vec![
-            record(order("o1", OrderStatus::Paid, Some("p1")), vec![attempt("o1", "p1", PaymentStatus::Succeeded)], vec![], false),
+            record(
+                order("o1", OrderStatus::Paid, Some("p1")),
+                vec![attempt("o1", "p1", PaymentStatus::Succeeded)],
+                vec![],
+                false,
+            ),
             record(
                 order("o2", OrderStatus::Closed, None),
                 vec![attempt("o2", "p2", PaymentStatus::Succeeded)],
                 vec![refund("o2", "p2", RefundStatus::Refunded)],
                 true,
             ),
-            record(order("o3", OrderStatus::Closed, None), vec![attempt("o3", "p3", PaymentStatus::Failed)], vec![], true),
+            record(
+                order("o3", OrderStatus::Closed, None),
+                vec![attempt("o3", "p3", PaymentStatus::Failed)],
+                vec![],
+                true,
+            ),
         ];
         let ledger = vec![
             ledger("o1", "p1", PaymentStatus::Succeeded, false),
@@ -255,17 +302,42 @@ mod tests {
         let mut mismatched = ledger("o3", "p3", PaymentStatus::Succeeded, false);
         mismatched.amount = 499;
         let records = vec![
-            record(order("o1", OrderStatus::PendingPayment, None), vec![attempt("o1", "p1", PaymentStatus::Processing)], vec![], false),
-            record(order("o2", OrderStatus::Paid, Some("p2")), vec![attempt("o2", "p2", PaymentStatus::Succeeded)], vec![], false),
-            record(order("o3", OrderStatus::Paid, Some("p3")), vec![attempt("o3", "p3", PaymentStatus::Succeeded)], vec![], false),
-            record(order("o4", OrderStatus::Closed, None), vec![attempt("o4", "p4", PaymentStatus::Succeeded)], vec![], true),
+            record(
+                order("o1", OrderStatus::PendingPayment, None),
+                vec![attempt("o1", "p1", PaymentStatus::Processing)],
+                vec![],
+                false,
+            ),
+            record(
+                order("o2", OrderStatus::Paid, Some("p2")),
+                vec![attempt("o2", "p2", PaymentStatus::Succeeded)],
+                vec![],
+                false,
+            ),
+            record(
+                order("o3", OrderStatus::Paid, Some("p3")),
+                vec![attempt("o3", "p3", PaymentStatus::Succeeded)],
+                vec![],
+                false,
+            ),
+            record(
+                order("o4", OrderStatus::Closed, None),
+                vec![attempt("o4", "p4", PaymentStatus::Succeeded)],
+                vec![],
+                true,
+            ),
             record(
                 order("o5", OrderStatus::Closed, None),
                 vec![attempt("o5", "p5", PaymentStatus::Succeeded)],
                 vec![refund("o5", "p5", RefundStatus::Refunded)],
                 true,
             ),
-            record(order("o6", OrderStatus::Paid, Some("p6")), vec![attempt("o6", "p6", PaymentStatus::Succeeded)], vec![], true),
+            record(
+                order("o6", OrderStatus::Paid, Some("p6")),
+                vec![attempt("o6", "p6", PaymentStatus::Succeeded)],
+                vec![],
+                true,
+            ),
         ];
         let ledger = vec![
             ledger("o1", "p1", PaymentStatus::Succeeded, false),

@@ -92,7 +92,11 @@ pub async fn process_refund<S: PaymentStore, C: PaymentChannel>(
 /// Records that a refund was handed to a person. Called after its message
 /// reached the dead-letter queue, so a crash in between leaves the refund
 /// PENDING (and retried), never FAILED without a dead letter.
-pub async fn mark_refund_failed<S: PaymentStore>(store: &S, clock: &dyn Clock, refund: &Refund) -> Result<(), Unavailable> {
+pub async fn mark_refund_failed<S: PaymentStore>(
+    store: &S,
+    clock: &dyn Clock,
+    refund: &Refund,
+) -> Result<(), Unavailable> {
     if refund.status == RefundStatus::RefundPending
         && store.update_refund(refund, RefundStatus::RefundFailed, None, None, clock.now()).await? == Cas::Applied
     {

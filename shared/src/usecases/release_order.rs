@@ -102,9 +102,8 @@ pub async fn settle_order<S: OrderStore, W: WakeUpScheduler>(
         tally(&mut report, res, "reservation");
     }
     if let Some(lock) = &record.coupon_lock {
-        let res = store
-            .end_coupon_lock(order_id, &lock.coupon_id, CouponLockStatus::Used, "order paid", clock.now())
-            .await?;
+        let res =
+            store.end_coupon_lock(order_id, &lock.coupon_id, CouponLockStatus::Used, "order paid", clock.now()).await?;
         tally(&mut report, res, "coupon lock");
     }
     wakeups.cancel_wake_up(order_id).await?;
