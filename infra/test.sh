@@ -8,7 +8,7 @@ Usage: infra/test.sh [--help]
 
   1. infra/tools.sh                  .venv + DynamoDB Local under .tools/
   2. infra/local.sh build            cargo build --workspace --bins (debug)
-  3. cfn-lint template.yaml
+  3. cfn-lint template.yaml, cargo fmt --check (when rustfmt is installed)
   4. DynamoDB Local on 127.0.0.1:8000 (in-memory)
   5. infra/local.sh up               ministack + the stack (short payment window)
   6. cargo nextest run --workspace --no-fail-fast with .local/stack.env exported,
@@ -62,6 +62,13 @@ infra/local.sh build
 step "cfn-lint template.yaml"
 .venv/bin/cfn-lint template.yaml
 say "cfn-lint: clean"
+
+if cargo fmt --version >/dev/null 2>&1; then
+  step "cargo fmt --check"
+  cargo fmt --all --check || die "code is not formatted: run cargo fmt --all"
+else
+  say "rustfmt not installed: formatting not checked"
+fi
 
 step "DynamoDB Local on 127.0.0.1:$DDB_PORT"
 # A previous run's local stack (and its DynamoDB Local) is stopped first.
