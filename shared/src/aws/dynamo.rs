@@ -3,6 +3,7 @@
 //! spells it.
 
 use crate::domain::*;
+use crate::domain::{coupon, order, reservation};
 use crate::ports::Unavailable;
 use crate::store::*;
 use async_trait::async_trait;
@@ -78,6 +79,15 @@ where
     E: std::error::Error + Send + Sync + 'static,
 {
     move |e| Unavailable::new(context, e)
+}
+
+/// `<attr> IN (:from0, :from1, …)` over the source states of a domain
+/// transition, with the values to bind. Write conditions are built from the
+/// state machines this way rather than spelled by hand.
+pub(crate) fn status_in(attr: &str, states: &[&'static str]) -> (String, Vec<(String, Av)>) {
+    let values: Vec<(String, Av)> = states.iter().enumerate().map(|(i, st)| (format!(":from{i}"), s(*st))).collect();
+    let names: Vec<&str> = values.iter().map(|(k, _)| k.as_str()).collect();
+    (format!("{attr} IN ({})", names.join(", ")), values)
 }
 
 /// `ConditionalCheckFailedException` on a single-item write.
@@ -431,28 +441,27 @@ impl OrderStore for DynamoStore {
     }
 
     async fn close_unpaid(&self, order: &Order, now: Timestamp) -> Result<Cas, Unavailable> {
-        let req = self
+        let (from, to) = order::transition(OrderEvent::CloseUnpaid);
+        let (from_cond, from_values) = status_in("#status", &from.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+        let mut req = self
             .order_update(order)
             .update_expression(
-                "SET #status = :closed, version = version + :one, closed_at = :now, \
+                "SET #status = :to, version = version + :one, closed_at = :now, \
                  history = list_append(history, :h) REMOVE due_shard, due_at",
             )
-            .condition_expression(
-                "#status = :pending AND version = :v AND payment_attempts = :zero AND expire_at <= :now",
-            )
-            .expression_attribute_values(":closed", s("CLOSED"))
-            .expression_attribute_values(":pending", s("PENDING_PAYMENT"))
+            .condition_expression(format!(
+                "{from_cond} AND version = :v AND payment_attempts = :zero AND expire_at <= :now"
+            ))
+            .expression_attribute_values(":to", s(to.as_str()))
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":now", s(now.to_string()))
             .expression_attribute_values(
                 ":h",
-                history_entry(
-                    now,
-                    OrderStatus::PendingPayment,
-                    OrderStatus::Closed,
-                    "expired unpaid, no payment attempt",
-                ),
+                history_entry(now, order.status, to, "expired unpaid, no payment attempt"),
             );
+        for (k, v) in from_values {
+            req = req.expression_attribute_values(k, v);
+        }
         self.cas(req, "close unpaid order").await
     }
 
@@ -499,19 +508,23 @@ impl OrderStore for DynamoStore {
 
     async fn close_after_check(&self, order: &Order, now: Timestamp, cause: &str) -> Result<Cas, Unavailable> {
         let owner = order.closing.as_ref().map(|l| l.owner.clone()).unwrap_or_default();
-        let req = self
+        let (from, to) = order::transition(OrderEvent::ConfirmUnpaid);
+        let (from_cond, from_values) = status_in("#status", &from.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+        let mut req = self
             .order_update(order)
             .update_expression(
-                "SET #status = :closed, version = version + :one, closed_at = :now, \
+                "SET #status = :to, version = version + :one, closed_at = :now, \
                  history = list_append(history, :h) REMOVE due_shard, due_at",
             )
-            .condition_expression("#status = :closing AND version = :v AND closing.#owner = :owner")
+            .condition_expression(format!("{from_cond} AND version = :v AND closing.#owner = :owner"))
             .expression_attribute_names("#owner", "owner")
-            .expression_attribute_values(":closed", s("CLOSED"))
-            .expression_attribute_values(":closing", s("CLOSING"))
+            .expression_attribute_values(":to", s(to.as_str()))
             .expression_attribute_values(":owner", s(owner))
             .expression_attribute_values(":now", s(now.to_string()))
-            .expression_attribute_values(":h", history_entry(now, OrderStatus::Closing, OrderStatus::Closed, cause));
+            .expression_attribute_values(":h", history_entry(now, order.status, to, cause));
+        for (k, v) in from_values {
+            req = req.expression_attribute_values(k, v);
+        }
         self.cas(req, "close after payment check").await
     }
 
@@ -541,19 +554,25 @@ impl OrderStore for DynamoStore {
         reason: &str,
         now: Timestamp,
     ) -> Result<Moved<CouponLockStatus>, Unavailable> {
-        let lock = Update::builder()
+        let Some(event) = coupon::event_for(to) else {
+            return Ok(Err(Refused { from: "LOCKED", event: "lock" }));
+        };
+        let (from, _) = coupon::transition(event);
+        let (from_cond, from_values) = status_in("#status", &from.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+        let mut lock = Update::builder()
             .table_name(&self.table)
             .set_key(Some(key(keys::order(order_id), &keys::coupon_lock_sk(coupon_id))))
             .update_expression("SET #status = :to, reason = :reason, ended_at = :now")
-            .condition_expression("#status = :locked")
+            .condition_expression(from_cond)
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":to", s(to.as_str()))
-            .expression_attribute_values(":locked", s("LOCKED"))
             .expression_attribute_values(":reason", s(reason))
             .expression_attribute_values(":now", s(now.to_string()))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build()
-            .expect("complete update");
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        for (k, v) in from_values {
+            lock = lock.expression_attribute_values(k, v);
+        }
+        let lock = lock.build().expect("complete update");
         let coupon = Update::builder()
             .table_name(&self.table)
             .set_key(Some(key(keys::coupon(coupon_id), keys::COUPON_SK)))
@@ -578,15 +597,8 @@ impl OrderStore for DynamoStore {
                     .flatten()
                     .and_then(|item| status_of(&item, "status"))
                     .and_then(|st| serde_json::from_value::<CouponLockStatus>(serde_json::Value::String(st)).ok());
-                let event = match to {
-                    CouponLockStatus::Available => CouponLockEvent::Release { still_valid: true },
-                    CouponLockStatus::Expired => CouponLockEvent::Release { still_valid: false },
-                    CouponLockStatus::Void => CouponLockEvent::Void,
-                    CouponLockStatus::Used => CouponLockEvent::Use,
-                    CouponLockStatus::Locked => return Ok(Err(Refused { from: "LOCKED", event: "lock" })),
-                };
                 match found {
-                    Some(from) => Ok(crate::domain::coupon::apply(from, event)),
+                    Some(from) => Ok(coupon::apply(from, event)),
                     None => Err(Unavailable::new("end coupon lock", "the lock or the coupon is missing")),
                 }
             }
@@ -665,27 +677,26 @@ impl DynamoStore {
         event: ReservationEvent,
         now: Timestamp,
     ) -> Result<Moved<ReservationStatus>, Unavailable> {
-        let (to, stock_expr) = match event {
-            ReservationEvent::Release => {
-                (ReservationStatus::Released, "SET available = available + :q, reserved = reserved - :q")
-            }
-            ReservationEvent::Confirm => {
-                (ReservationStatus::Confirmed, "SET reserved = reserved - :q, sold = if_not_exists(sold, :zero) + :q")
-            }
+        let (from, to) = reservation::transition(event);
+        let stock_expr = match event {
+            ReservationEvent::Release => "SET available = available + :q, reserved = reserved - :q",
+            ReservationEvent::Confirm => "SET reserved = reserved - :q, sold = if_not_exists(sold, :zero) + :q",
         };
-        let reservation = Update::builder()
+        let (from_cond, from_values) = status_in("#status", &from.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+        let mut reservation = Update::builder()
             .table_name(&self.table)
             .set_key(Some(key(keys::order(order_id), &keys::stock_reservation_sk(&r.sku))))
             .update_expression("SET #status = :to, version = version + :one, updated_at = :now")
-            .condition_expression("#status = :reserved")
+            .condition_expression(from_cond)
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":to", s(to.as_str()))
-            .expression_attribute_values(":reserved", s("RESERVED"))
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":now", s(now.to_string()))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build()
-            .expect("complete update");
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        for (k, v) in from_values {
+            reservation = reservation.expression_attribute_values(k, v);
+        }
+        let reservation = reservation.build().expect("complete update");
         let mut stock = Update::builder()
             .table_name(&self.table)
             .set_key(Some(key(keys::sku(&r.sku), keys::STOCK_SK)))
@@ -709,7 +720,7 @@ impl DynamoStore {
                     .and_then(|item| status_of(&item, "status"))
                     .and_then(|st| serde_json::from_value::<ReservationStatus>(serde_json::Value::String(st)).ok());
                 match found {
-                    Some(from) => Ok(crate::domain::reservation::apply(from, event)),
+                    Some(from) => Ok(reservation::apply(from, event)),
                     None => Err(Unavailable::new(
                         "move reservation",
                         "the reservation is missing or the stock count is inconsistent",

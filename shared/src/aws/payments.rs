@@ -2,8 +2,9 @@
 //! success/refund decision written atomically with its notification dedupe
 //! and channel-transaction uniqueness, and refunds.
 
-use super::dynamo::{key, keys, n, s, DynamoStore, Item};
-use crate::domain::order::{on_payment_success, PaymentSuccessOutcome};
+use super::dynamo::{key, keys, n, s, status_in, DynamoStore, Item};
+use crate::domain::order::{self, on_payment_success, OrderEvent, PaymentSuccessOutcome};
+use crate::domain::payment;
 use crate::domain::*;
 use crate::ports::Unavailable;
 use crate::store::*;
@@ -41,14 +42,17 @@ impl DynamoStore {
         put(self.table(), item, Some("attribute_not_exists(pk)"))
     }
 
+    /// Records `status` on an attempt, appending `e` to its evidence, if the
+    /// payment state machine allows it from the attempt's current status.
     fn payment_update(
         &self,
         p: &PaymentAttempt,
         status: PaymentStatus,
         e: &Evidence,
         txn: Option<&str>,
-        only_unsettled: bool,
     ) -> TransactWriteItem {
+        let from: Vec<&'static str> = payment::recordable_from(status).into_iter().map(PaymentStatus::as_str).collect();
+        let (from_cond, from_values) = status_in("#status", &from);
         let mut u = Update::builder()
             .table_name(self.table())
             .set_key(Some(key(keys::order(&p.order_id), &keys::payment_sk(&p.payment_id))))
@@ -56,24 +60,20 @@ impl DynamoStore {
             .expression_attribute_values(":s", s(status.as_str()))
             .expression_attribute_values(":ev", evidence_list(e))
             .expression_attribute_values(":empty", Av::L(vec![]));
-        let mut set = "SET #status = :s, evidence = list_append(if_not_exists(evidence, :empty), :ev)".to_owned();
-        if let Some(t) = txn {
-            set.push_str(", channel_txn_id = :t");
-            u = u.expression_attribute_values(":t", s(t));
+        for (k, v) in from_values {
+            u = u.expression_attribute_values(k, v);
         }
-        u = u.update_expression(set);
-        u = if only_unsettled {
-            u.condition_expression("#status IN (:processing, :unknown)")
-                .expression_attribute_values(":processing", s("PROCESSING"))
-                .expression_attribute_values(":unknown", s("UNKNOWN"))
-        } else {
+        let mut set = "SET #status = :s, evidence = list_append(if_not_exists(evidence, :empty), :ev)".to_owned();
+        let mut cond = format!("attribute_exists(pk) AND {from_cond}");
+        if let Some(t) = txn {
             // A success names its channel transaction once; a report of the
             // same payment with another transaction id is a mismatch.
-            u.condition_expression(
-                "attribute_exists(pk) AND (attribute_not_exists(channel_txn_id) OR channel_txn_id = :t)",
-            )
-        };
-        TransactWriteItem::builder().update(u.build().expect("complete update")).build()
+            set.push_str(", channel_txn_id = :t");
+            cond.push_str(" AND (attribute_not_exists(channel_txn_id) OR channel_txn_id = :t)");
+            u = u.expression_attribute_values(":t", s(t));
+        }
+        let u = u.update_expression(set).condition_expression(cond).build().expect("complete update");
+        TransactWriteItem::builder().update(u).build()
     }
 }
 
@@ -159,7 +159,7 @@ impl PaymentStore for DynamoStore {
                 .build(),
         );
         let payment_at = items.len();
-        items.push(self.payment_update(payment, PaymentStatus::Succeeded, &evidence, Some(channel_txn_id), false));
+        items.push(self.payment_update(payment, PaymentStatus::Succeeded, &evidence, Some(channel_txn_id)));
         let paid_by_same = order.paid_by.as_ref() == Some(&payment.payment_id);
         let outcome = on_payment_success(order.status, paid_by_same);
         let order_key = key(keys::order(&order.order_id), keys::ORDER_SK);
@@ -168,35 +168,32 @@ impl PaymentStore for DynamoStore {
         match outcome {
             PaymentSuccessOutcome::MarkPaid => {
                 let cause = format!("payment {} succeeded ({})", payment.payment_id, evidence.source);
+                let (from, to) = order::transition(OrderEvent::PaymentSucceeded);
+                let (from_cond, from_values) =
+                    status_in("#status", &from.iter().map(|s| s.as_str()).collect::<Vec<_>>());
                 let h = Av::L(vec![Av::M(
-                    serde_dynamo::to_item(StatusChange {
-                        at: now,
-                        from: Some(order.status),
-                        to: OrderStatus::Paid,
-                        cause,
-                    })
-                    .expect("serialisable"),
+                    serde_dynamo::to_item(StatusChange { at: now, from: Some(order.status), to, cause })
+                        .expect("serialisable"),
                 )]);
-                let u = Update::builder()
+                let mut u = Update::builder()
                     .table_name(self.table())
                     .set_key(Some(order_key))
                     .update_expression(
                         "SET #status = :paid, paid_by = :p, paid_at = :now, version = version + :one, \
                          history = list_append(history, :h) REMOVE due_shard, due_at",
                     )
-                    .condition_expression("#status IN (:pending, :closing) AND version = :v")
+                    .condition_expression(format!("{from_cond} AND version = :v"))
                     .expression_attribute_names("#status", "status")
-                    .expression_attribute_values(":paid", s("PAID"))
+                    .expression_attribute_values(":paid", s(to.as_str()))
                     .expression_attribute_values(":p", s(payment.payment_id.as_str()))
                     .expression_attribute_values(":now", s(now.to_string()))
                     .expression_attribute_values(":one", n(1))
                     .expression_attribute_values(":h", h)
-                    .expression_attribute_values(":pending", s("PENDING_PAYMENT"))
-                    .expression_attribute_values(":closing", s("CLOSING"))
-                    .expression_attribute_values(":v", n(order.version))
-                    .build()
-                    .expect("complete update");
-                items.push(TransactWriteItem::builder().update(u).build());
+                    .expression_attribute_values(":v", n(order.version));
+                for (k, v) in from_values {
+                    u = u.expression_attribute_values(k, v);
+                }
+                items.push(TransactWriteItem::builder().update(u.build().expect("complete update")).build());
             }
             PaymentSuccessOutcome::Duplicate | PaymentSuccessOutcome::Refund => {
                 // The decision rests on the order being final as read; the
@@ -272,7 +269,7 @@ impl PaymentStore for DynamoStore {
         if let Some(n) = notification {
             items.push(self.notify_put(n, &payment.payment_id, evidence.at));
         }
-        items.push(self.payment_update(payment, status, &evidence, None, true));
+        items.push(self.payment_update(payment, status, &evidence, None));
         Ok(self.transact_items(items, "record payment fact").await?.is_ok())
     }
 

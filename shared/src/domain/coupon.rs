@@ -75,6 +75,31 @@ pub fn apply(from: CouponLockStatus, event: CouponLockEvent) -> Result<Step<Coup
     }
 }
 
+/// The states `event` moves a coupon lock out of, and the one it moves it
+/// to, read off [`apply`] (the store's write condition).
+pub fn transition(event: CouponLockEvent) -> (Vec<CouponLockStatus>, CouponLockStatus) {
+    let moves: Vec<_> = CouponLockStatus::ALL
+        .into_iter()
+        .filter_map(|s| match apply(s, event) {
+            Ok(Step::Moved(to)) => Some((s, to)),
+            _ => None,
+        })
+        .collect();
+    let to = moves[0].1;
+    (moves.into_iter().map(|m| m.0).collect(), to)
+}
+
+/// The event that ends a lock in `to`.
+pub fn event_for(to: CouponLockStatus) -> Option<CouponLockEvent> {
+    match to {
+        CouponLockStatus::Available => Some(CouponLockEvent::Release { still_valid: true }),
+        CouponLockStatus::Expired => Some(CouponLockEvent::Release { still_valid: false }),
+        CouponLockStatus::Void => Some(CouponLockEvent::Void),
+        CouponLockStatus::Used => Some(CouponLockEvent::Use),
+        CouponLockStatus::Locked => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,6 +128,14 @@ mod tests {
                 assert_eq!(got, want, "{s:?} + {e:?}");
             }
         }
+    }
+
+    #[test]
+    fn only_a_locked_coupon_lock_ends() {
+        for to in [Available, Expired, Void, Used] {
+            assert_eq!(transition(event_for(to).unwrap()), (vec![Locked], to));
+        }
+        assert_eq!(event_for(Locked), None);
     }
 
     #[test]

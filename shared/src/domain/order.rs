@@ -89,6 +89,22 @@ pub fn apply(from: OrderStatus, event: OrderEvent) -> Result<Step<OrderStatus>, 
     }
 }
 
+/// The states `event` moves an order out of, and the state it moves it to,
+/// read off [`apply`]. The store builds its write conditions from this, so
+/// the state machine is the one place that says which transitions exist.
+pub fn transition(event: OrderEvent) -> (Vec<OrderStatus>, OrderStatus) {
+    let moves: Vec<(OrderStatus, OrderStatus)> = OrderStatus::ALL
+        .into_iter()
+        .filter_map(|s| match apply(s, event) {
+            Ok(Step::Moved(to)) => Some((s, to)),
+            _ => None,
+        })
+        .collect();
+    let to = moves.first().map(|m| m.1).expect("every event moves some state");
+    debug_assert!(moves.iter().all(|m| m.1 == to), "one target per event");
+    (moves.into_iter().map(|m| m.0).collect(), to)
+}
+
 /// One line of an order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OrderLine {
@@ -232,6 +248,14 @@ mod tests {
                 assert_eq!(apply(s, e).map_err(|_| ()), expected(s, e), "{s:?} + {e:?}");
             }
         }
+    }
+
+    #[test]
+    fn each_event_has_its_sources_and_one_target() {
+        assert_eq!(transition(CloseUnpaid), (vec![PendingPayment], Closed));
+        assert_eq!(transition(BeginClosing), (vec![PendingPayment, Closing], Closing));
+        assert_eq!(transition(ConfirmUnpaid), (vec![Closing], Closed));
+        assert_eq!(transition(PaymentSucceeded), (vec![PendingPayment, Closing], Paid));
     }
 
     #[test]

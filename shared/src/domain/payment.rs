@@ -17,6 +17,8 @@ pub enum PaymentStatus {
 }
 
 impl PaymentStatus {
+    pub const ALL: [Self; 4] = [Self::Processing, Self::Unknown, Self::Succeeded, Self::Failed];
+
     pub fn is_final(self) -> bool {
         matches!(self, Self::Succeeded | Self::Failed)
     }
@@ -36,6 +38,16 @@ impl PaymentStatus {
 /// Otherwise a settled attempt keeps its outcome.
 pub fn may_record(from: PaymentStatus, to: PaymentStatus) -> bool {
     to == PaymentStatus::Succeeded || !from.is_final() || from == to
+}
+
+/// The statuses an attempt may be in for `to` to be recorded over it (the
+/// store's write condition): every status [`may_record`] allows, except
+/// recording a non-success over itself, which would only repeat evidence.
+pub fn recordable_from(to: PaymentStatus) -> Vec<PaymentStatus> {
+    PaymentStatus::ALL
+        .into_iter()
+        .filter(|s| may_record(*s, to) && (*s != to || to == PaymentStatus::Succeeded))
+        .collect()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -61,6 +73,13 @@ impl RefundStatus {
 mod tests {
     use super::*;
     use PaymentStatus::*;
+
+    #[test]
+    fn write_conditions_follow_may_record() {
+        assert_eq!(recordable_from(Succeeded), vec![Processing, Unknown, Succeeded, Failed]);
+        assert_eq!(recordable_from(Failed), vec![Processing, Unknown]);
+        assert_eq!(recordable_from(Unknown), vec![Processing]);
+    }
 
     #[test]
     fn settled_attempts_keep_their_outcome_but_a_success_is_always_recorded() {

@@ -46,11 +46,31 @@ pub fn apply(from: ReservationStatus, event: ReservationEvent) -> Result<Step<Re
     }
 }
 
+/// The states `event` moves a reservation out of, and the one it moves it
+/// to, read off [`apply`] (the store's write condition).
+pub fn transition(event: ReservationEvent) -> (Vec<ReservationStatus>, ReservationStatus) {
+    let moves: Vec<_> = ReservationStatus::ALL
+        .into_iter()
+        .filter_map(|s| match apply(s, event) {
+            Ok(Step::Moved(to)) => Some((s, to)),
+            _ => None,
+        })
+        .collect();
+    let to = moves[0].1;
+    (moves.into_iter().map(|m| m.0).collect(), to)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use ReservationEvent::*;
     use ReservationStatus::*;
+
+    #[test]
+    fn only_a_reserved_reservation_moves() {
+        assert_eq!(transition(Release), (vec![Reserved], Released));
+        assert_eq!(transition(Confirm), (vec![Reserved], Confirmed));
+    }
 
     #[test]
     fn every_state_and_event() {
