@@ -45,3 +45,12 @@ impl ApiError {
         }
     }
 }
+
+/// A request body that must be a JSON object; the error says which rule it broke.
+pub fn json_object(body: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>, ApiError> {
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(serde_json::Value::Object(o)) => Ok(o),
+        Ok(_) => Err(ApiError::invalid("body must be a JSON object")),
+        Err(e) => Err(ApiError::invalid(format!("body is not valid JSON: {e}"))),
+    }
+}

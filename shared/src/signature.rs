@@ -49,7 +49,7 @@ pub fn verify(secret: &[u8], header: Option<&str>, body: &[u8], now: i64) -> Res
     if v1.is_empty() {
         return Err(SignatureError::Malformed);
     }
-    if (now - t).abs() > TOLERANCE_SECONDS {
+    if now.abs_diff(t) > TOLERANCE_SECONDS as u64 {
         return Err(SignatureError::Stale);
     }
     // Several v1 values allow secret rotation: any one may match.
@@ -75,5 +75,7 @@ mod tests {
         assert_eq!(verify(b"k", None, b"{}", 1000), Err(SignatureError::Missing));
         assert_eq!(verify(b"k", Some("t=x,v1=00"), b"{}", 1000), Err(SignatureError::Malformed));
         assert_eq!(verify(b"k", Some("t=1000"), b"{}", 1000), Err(SignatureError::Malformed));
+        let extreme = format!("t={},v1=00", i64::MIN);
+        assert_eq!(verify(b"k", Some(&extreme), b"{}", 1000), Err(SignatureError::Stale));
     }
 }

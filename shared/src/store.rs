@@ -193,7 +193,10 @@ pub trait OrderStore: Send + Sync {
         now: Timestamp,
     ) -> Result<Moved<CouponLockStatus>, Unavailable>;
 
-    async fn put_stock(&self, sku: &Sku, available: i64) -> Result<(), Unavailable>;
+    /// Sets a SKU's available count. With `expected`, only if the count is
+    /// still that (a compare-and-swap for operators adjusting live stock);
+    /// without, unconditionally (seeding).
+    async fn put_stock(&self, sku: &Sku, available: i64, expected: Option<i64>) -> Result<Cas, Unavailable>;
     async fn stock(&self, sku: &Sku) -> Result<Option<Stock>, Unavailable>;
     async fn put_coupon(&self, coupon: &Coupon) -> Result<PutCoupon, Unavailable>;
     async fn coupon(&self, coupon_id: &CouponId) -> Result<Option<Coupon>, Unavailable>;
@@ -264,7 +267,7 @@ pub trait PaymentStore: Send + Sync {
         notification: Option<&Notification>,
     ) -> Result<bool, Unavailable>;
 
-    /// REFUND_PENDING refunds, for the worker's retry and for reconciliation.
+    /// One refund, in whatever status it is.
     async fn refund(&self, order_id: &OrderId, payment_id: &PaymentId) -> Result<Option<Refund>, Unavailable>;
 
     /// Moves a refund from the status it was read in (`refund.status`) to

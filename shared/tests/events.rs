@@ -5,6 +5,7 @@ use aws_lambda_events::event::dynamodb::Event as StreamEvent;
 use aws_lambda_events::event::sqs::SqsEvent;
 use order_core::aws::queue::CloseMessage;
 use order_core::domain::{Order, OrderStatus};
+use order_core::handlers::refunds::RefundMessage;
 use order_core::handlers::streams::{order_of, refund_ids_of};
 
 fn event(name: &str) -> String {
@@ -29,10 +30,19 @@ fn stream_events_carry_decodable_orders() {
 }
 
 #[test]
-fn queue_events_carry_close_messages() {
+fn queue_events_carry_close_and_refund_messages() {
     let e: SqsEvent = serde_json::from_str(&event("close-order.json")).unwrap();
     let msg: CloseMessage = serde_json::from_str(e.records[0].body.as_deref().unwrap()).unwrap();
     assert_eq!(msg.order_id.as_str(), "ord_example");
+    let e: SqsEvent = serde_json::from_str(&event("refund-worker-sqs.json")).unwrap();
+    let msg: RefundMessage = serde_json::from_str(e.records[0].body.as_deref().unwrap()).unwrap();
+    assert_eq!((msg.order_id.as_str(), msg.payment_id.as_str()), ("ord_example", "pay_example"));
+}
+
+#[test]
+fn the_reconcile_schedule_event_is_an_eventbridge_event() {
+    let e: serde_json::Value = serde_json::from_str(&event("reconcile.json")).unwrap();
+    assert_eq!(e["detail-type"], "Scheduled Event");
 }
 
 #[test]

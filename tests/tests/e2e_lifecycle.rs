@@ -120,19 +120,35 @@ fn release_record(order_id: &str) -> Value {
 }
 
 #[tokio::test]
-async fn an_early_wake_up_does_not_close() {
+async fn an_early_wake_up_does_not_close_and_is_put_back_until_expiry() {
     let api = Api::new();
     let sku = seeded(&api, "e2e-early", 1).await;
     let id = api.create_order(&unique("key"), &order_body("carol", &sku, 1, None)).await.body["order_id"]
         .as_str()
         .unwrap()
         .to_owned();
-    send_close_message(&id).await;
+    // Take the scheduled wake-up away, so that only the early reminder can
+    // ever close this order: it must be put back, not dropped or obeyed.
+    let scheduler = aws_sdk_scheduler::Client::new(&stack_config().await);
+    let group = stack_env("SCHEDULE_GROUP_NAME");
+    let name = format!("order-{id}");
+    eventually("the wake-up schedule", Duration::from_secs(20), || async {
+        scheduler.get_schedule().group_name(&group).name(&name).send().await.ok()
+    })
+    .await;
+    scheduler.delete_schedule().group_name(&group).name(&name).send().await.unwrap();
+
     send_close_message(&id).await;
     tokio::time::sleep(Duration::from_secs(6)).await;
     let view = api.get_order(&id).await.body;
     assert_eq!(view["status"], "PENDING_PAYMENT", "closed before expire_at: {view}");
     assert_eq!(api.stock(&sku).await["available"], 0);
+
+    // The reminder came back at expire_at and closed it.
+    let closed = api.wait_status(&id, "CLOSED", settle_timeout()).await;
+    let history = api.admin_order(&id).await.body["history"].clone();
+    let closed_at = history.as_array().unwrap().iter().find(|h| h["to"] == "CLOSED").unwrap()["at"].clone();
+    assert!(closed_at.as_str().unwrap() >= closed["expire_at"].as_str().unwrap(), "never early: {history}");
 }
 
 #[tokio::test]

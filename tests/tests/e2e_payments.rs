@@ -90,7 +90,7 @@ impl Paying {
 }
 
 #[tokio::test]
-async fn a_callback_that_commits_first_wins_and_the_close_backs_off() {
+async fn a_callback_that_commits_first_wins_and_the_close_acknowledges_it() {
     let coupon = unique("cpn");
     let api = Api::new();
     api.put_coupon(&coupon, "payer", "2099-01-01T00:00:00Z").await;

@@ -75,8 +75,8 @@ async fn coupon(store: &DynamoStore, id: &str, user: &str, valid_until_ms: i64) 
 async fn create_order_writes_order_reservations_coupon_lock_and_stock_in_one_transaction() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.put_stock(&sku("A"), 5).await.unwrap();
-    store.put_stock(&sku("B"), 1).await.unwrap();
+    store.put_stock(&sku("A"), 5, None).await.unwrap();
+    store.put_stock(&sku("B"), 1, None).await.unwrap();
     coupon(&store, "C1", "u1", T0 + 86_400_000).await;
 
     let order = create(&store, &clock, "k1", body("u1", &[("A", 2), ("B", 1)], Some("C1"))).await.unwrap();
@@ -99,8 +99,8 @@ async fn create_order_writes_order_reservations_coupon_lock_and_stock_in_one_tra
 async fn out_of_stock_on_any_line_writes_nothing_and_names_the_sku() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.put_stock(&sku("A"), 5).await.unwrap();
-    store.put_stock(&sku("B"), 1).await.unwrap();
+    store.put_stock(&sku("A"), 5, None).await.unwrap();
+    store.put_stock(&sku("B"), 1, None).await.unwrap();
     coupon(&store, "C1", "u1", T0 + 86_400_000).await;
     let before = item_count(&store).await;
 
@@ -149,7 +149,7 @@ async fn out_of_stock_on_any_line_writes_nothing_and_names_the_sku() {
 async fn a_coupon_of_another_user_expired_or_locked_is_refused_and_nothing_is_written() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.put_stock(&sku("A"), 10).await.unwrap();
+    store.put_stock(&sku("A"), 10, None).await.unwrap();
     coupon(&store, "MINE", "u1", T0 + 86_400_000).await;
     coupon(&store, "OLD", "u1", T0 - 1).await;
     let before = item_count(&store).await;
@@ -174,7 +174,7 @@ async fn a_coupon_of_another_user_expired_or_locked_is_refused_and_nothing_is_wr
 async fn an_idempotency_key_replays_the_same_order_and_refuses_a_different_body() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.put_stock(&sku("A"), 10).await.unwrap();
+    store.put_stock(&sku("A"), 10, None).await.unwrap();
     let uc = creator(&store, &clock);
     let b = body("u1", &[("A", 1)], None).to_string();
     let first = uc.execute(Some("key-1"), b.as_bytes()).await.unwrap();
@@ -193,7 +193,7 @@ async fn an_idempotency_key_replays_the_same_order_and_refuses_a_different_body(
 }
 
 async fn open_order(store: &DynamoStore, clock: &FixedClock) -> Order {
-    store.put_stock(&sku("A"), 100).await.unwrap();
+    store.put_stock(&sku("A"), 100, None).await.unwrap();
     create(store, clock, &format!("k{}", rand::random::<u32>()), body("u1", &[("A", 2)], None)).await.unwrap()
 }
 
@@ -366,7 +366,7 @@ async fn a_reservation_is_released_once_and_a_confirmed_one_never() {
 async fn a_coupon_lock_ends_once_available_or_expired_with_its_reason() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.put_stock(&sku("A"), 10).await.unwrap();
+    store.put_stock(&sku("A"), 10, None).await.unwrap();
     coupon(&store, "C1", "u1", T0 + 86_400_000).await;
     let order = create(&store, &clock, "k", body("u1", &[("A", 1)], Some("C1"))).await.unwrap();
     let cid = CouponId::parse("C1").unwrap();
@@ -555,34 +555,23 @@ async fn a_refund_moves_once_from_pending() {
 }
 
 #[tokio::test]
-async fn setting_stock_never_writes_over_a_reservation_it_did_not_see() {
+async fn an_expected_stock_count_makes_the_update_a_compare_and_swap() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.put_stock(&sku("S"), 5).await.unwrap();
-    // Orders and restocks interleaving: each restock is a compare-and-swap
-    // on the counts it read, so reserved is never lost.
-    let results = futures::future::join_all((0..6).map(|i| {
-        let (store, clock) = (store.clone(), clock.clone());
-        async move {
-            if i % 2 == 0 {
-                store.put_stock(&sku("S"), 5).await.map(|_| ()).map_err(|e| e.to_string())
-            } else {
-                create(&store, &clock, &format!("s{i}"), body("u", &[("S", 1)], None)).await.map(|_| ())
-            }
-        }
-    }))
-    .await;
-    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
-    let (available, reserved) = stock(&store, "S").await;
-    assert_eq!(reserved, 3, "three orders hold three units");
-    assert!((2..=5).contains(&available), "available {available}");
+    store.put_stock(&sku("S"), 5, None).await.unwrap();
+    // An order reserves a unit after the operator read "5".
+    create(&store, &clock, "s1", body("u", &[("S", 1)], None)).await.unwrap();
+    assert_eq!(store.put_stock(&sku("S"), 15, Some(5)).await.unwrap(), Cas::Rejected);
+    assert_eq!(stock(&store, "S").await, (4, 1), "the stale restock changed nothing");
+    assert_eq!(store.put_stock(&sku("S"), 14, Some(4)).await.unwrap(), Cas::Applied);
+    assert_eq!(stock(&store, "S").await, (14, 1), "reserved is never touched");
 }
 
 #[tokio::test]
 async fn concurrent_orders_on_one_sku_never_oversell() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.put_stock(&sku("HOT"), 10).await.unwrap();
+    store.put_stock(&sku("HOT"), 10, None).await.unwrap();
     let results = futures::future::join_all((0..20).map(|i| {
         let (store, clock) = (store.clone(), clock.clone());
         async move { create(&store, &clock, &format!("c{i}"), body(&format!("u{i}"), &[("HOT", 1)], None)).await }

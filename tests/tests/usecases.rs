@@ -28,7 +28,7 @@ struct World {
 impl World {
     async fn new() -> Self {
         let store = fresh_table(&dynamodb_local().await).await;
-        store.put_stock(&Sku::parse("A").unwrap(), 10).await.unwrap();
+        store.put_stock(&Sku::parse("A").unwrap(), 10, None).await.unwrap();
         Self { store, clock: FixedClock::at(T0), channel: Default::default(), reminders: Default::default() }
     }
 
@@ -330,20 +330,40 @@ async fn refunds_complete_once_and_give_up_after_bounded_tries() {
 }
 
 #[tokio::test]
-async fn a_refund_is_sent_with_one_idempotency_key_and_recorded() {
+async fn a_duplicate_success_for_the_paying_payment_creates_no_refund() {
     let w = World::new().await;
     let (o, a) = w.with_attempt(&w.order(None).await).await;
     let ev = Evidence { at: w.clock.now(), source: "n".into(), status: PaymentStatus::Succeeded, detail: None };
     w.store.settle_success(&o, &a, "tx-a", ev.clone(), None, "").await.unwrap();
     let paid = w.store.order(&o.order_id).await.unwrap().unwrap();
-    // The same payment reported with a different view: nothing to refund.
     assert_eq!(w.store.settle_success(&paid, &a, "tx-a", ev, None, "").await.unwrap(), SettleResult::Duplicate);
     assert!(w.store.refund(&o.order_id, &a.payment_id).await.unwrap().is_none());
     assert_eq!(
         process_refund(&w.store, &w.channel, &w.clock, &o.order_id, &a.payment_id).await.unwrap(),
         RefundOutcome::NotFound
     );
-    assert!(w.channel.refunds.lock().unwrap().is_empty());
+    assert!(w.channel.refunds.lock().unwrap().is_empty(), "the channel was never asked to refund");
+}
+
+#[tokio::test]
+async fn a_refund_goes_to_the_channel_once_under_its_idempotency_key() {
+    let w = World::new().await;
+    let (o, a) = w.with_attempt(&w.order(None).await).await;
+    let (o, b) = w.with_attempt(&o).await;
+    let ev = Evidence { at: w.clock.now(), source: "n".into(), status: PaymentStatus::Succeeded, detail: None };
+    w.store.settle_success(&o, &a, "tx-a", ev.clone(), None, "").await.unwrap();
+    let paid = w.store.order(&o.order_id).await.unwrap().unwrap();
+    assert_eq!(w.store.settle_success(&paid, &b, "tx-b", ev, None, "n").await.unwrap(), SettleResult::RefundPending);
+    for _ in 0..3 {
+        process_refund(&w.store, &w.channel, &w.clock, &o.order_id, &b.payment_id).await.unwrap();
+    }
+    let calls = w.channel.refunds.lock().unwrap().clone();
+    assert_eq!(calls, vec![(b.payment_id.clone(), format!("refund-{}", b.payment_id))], "one call, keyed by payment");
+    let refund = w.store.refund(&o.order_id, &b.payment_id).await.unwrap().unwrap();
+    assert_eq!(
+        (refund.status, refund.channel_refund_id),
+        (RefundStatus::Refunded, Some(format!("r-{}", b.payment_id)))
+    );
 }
 
 #[tokio::test]

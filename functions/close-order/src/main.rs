@@ -2,7 +2,7 @@
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use order_core::aws::queue::SqsCloseReminders;
-use order_core::aws::{dynamo::DynamoStore, env, sandbox::SandboxChannel, sdk_config, seconds_env};
+use order_core::aws::{dynamo::DynamoStore, env, sandbox::ConfiguredChannel, sdk_config, seconds_env};
 use order_core::handlers::{batch::each_sqs_message, close::close_message};
 use order_core::ports::SystemClock;
 use order_core::usecases::close_order::CloseOrder;
@@ -14,7 +14,7 @@ async fn main() -> Result<(), Error> {
     let dynamo = aws_sdk_dynamodb::Client::new(&config);
     let uc = CloseOrder {
         store: DynamoStore::new(dynamo.clone(), env("TABLE_NAME")?),
-        channel: SandboxChannel::new(dynamo, env("SANDBOX_LEDGER_TABLE")?),
+        channel: ConfiguredChannel::from_env(dynamo),
         reminders: SqsCloseReminders::new(aws_sdk_sqs::Client::new(&config), env("CLOSE_QUEUE_URL")?),
         clock: Box::new(SystemClock),
         lease: seconds_env("CLOSING_LEASE_SECONDS")?,

@@ -1,6 +1,6 @@
 //! GET /orders/{id}, POST /orders/{id}/payments and the /admin routes.
 use lambda_http::{service_fn, Error};
-use order_core::aws::{dynamo::DynamoStore, env, sandbox::SandboxChannel, sdk_config};
+use order_core::aws::{dynamo::DynamoStore, env, sandbox::ConfiguredChannel, sdk_config};
 use order_core::handlers::http::{order_api, OrderApi};
 use order_core::ports::{RandomIds, SystemClock};
 
@@ -9,11 +9,9 @@ async fn main() -> Result<(), Error> {
     order_core::init_tracing();
     let config = sdk_config().await;
     let dynamo = aws_sdk_dynamodb::Client::new(&config);
-    // The sandbox channel exists only where the stack enables it.
-    let sandbox_table = std::env::var("SANDBOX_LEDGER_TABLE").unwrap_or_default();
     let app = OrderApi {
         store: DynamoStore::new(dynamo.clone(), env("TABLE_NAME")?),
-        sandbox: (!sandbox_table.is_empty()).then(|| SandboxChannel::new(dynamo, sandbox_table)),
+        channel: ConfiguredChannel::from_env(dynamo),
         clock: Box::new(SystemClock),
         ids: Box::new(RandomIds),
         merchant_id: env("MERCHANT_ID")?,

@@ -1,7 +1,7 @@
 //! Refunds: the table stream (new REFUND records) feeds the refund queue;
 //! the refund queue drives each refund through the channel with backoff.
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use order_core::aws::{dynamo::DynamoStore, env, sandbox::SandboxChannel, sdk_config};
+use order_core::aws::{dynamo::DynamoStore, env, sandbox::ConfiguredChannel, sdk_config};
 use order_core::handlers::refunds::{handle, RefundWorker};
 use order_core::ports::SystemClock;
 use serde_json::Value;
@@ -13,7 +13,7 @@ async fn main() -> Result<(), Error> {
     let dynamo = aws_sdk_dynamodb::Client::new(&config);
     let worker = RefundWorker {
         store: DynamoStore::new(dynamo.clone(), env("TABLE_NAME")?),
-        channel: SandboxChannel::new(dynamo, env("SANDBOX_LEDGER_TABLE")?),
+        channel: ConfiguredChannel::from_env(dynamo),
         sqs: aws_sdk_sqs::Client::new(&config),
         queue_url: env("REFUND_QUEUE_URL")?,
         dlq_url: env("REFUND_DLQ_URL")?,

@@ -14,7 +14,7 @@ async fn main() -> Result<(), Error> {
         clock: Box::new(SystemClock),
         secret: webhook_secret(&config).await?,
         merchant_id: env("MERCHANT_ID")?,
-        webhook_url: std::env::var("WEBHOOK_URL").unwrap_or_default(),
+        webhook_url: env("WEBHOOK_URL")?,
         http: reqwest::Client::new(),
     };
     let app = &app;

@@ -1,6 +1,6 @@
 //! The DynamoDB adapter of [`OrderStore`]. The table layout is documented in
-//! `infra/data-model.md`; the key helpers below are the only place that
-//! spells it.
+//! `infra/data-model.md`; the order-partition keys are spelled by the
+//! helpers below, the payment-side ones in `payments.rs`.
 
 use crate::domain::*;
 use crate::domain::{coupon, order, reservation};
@@ -91,7 +91,7 @@ pub(crate) fn status_in(attr: &str, states: &[&'static str]) -> (String, Vec<(St
 }
 
 /// `ConditionalCheckFailedException` on a single-item write.
-fn is_condition_failure<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
+pub(crate) fn is_condition_failure<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
     e.as_service_error().and_then(|s| s.code()) == Some("ConditionalCheckFailedException")
 }
 
@@ -153,9 +153,9 @@ impl DynamoStore {
         &self.table
     }
 
-    /// Runs a transaction, retrying only `TransactionConflict` (a concurrent
-    /// transaction on the same items, e.g. many orders on one SKU) with
-    /// jittered backoff. Condition failures come back to the caller.
+    /// Runs a transaction, retrying conflicts (a concurrent transaction on the
+    /// same items, e.g. many orders on one SKU) and throttling with jittered
+    /// backoff. Condition failures come back to the caller.
     pub(crate) async fn transact_items(
         &self,
         items: Vec<TransactWriteItem>,
@@ -605,36 +605,21 @@ impl OrderStore for DynamoStore {
         }
     }
 
-    async fn put_stock(&self, sku: &Sku, available: i64) -> Result<(), Unavailable> {
-        // A compare-and-swap on the counts just read: a reservation or a
-        // release landing in between makes the write fail and re-read, so
-        // the operator's figure is never written over a change it did not see.
-        for _ in 0..10 {
-            let current = self.stock(sku).await?;
-            let mut req = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .set_key(Some(key(keys::sku(sku), keys::STOCK_SK)))
-                .update_expression(
-                    "SET available = :a, reserved = if_not_exists(reserved, :zero), sku = :sku, entity = :e",
-                )
-                .expression_attribute_values(":a", n(available))
-                .expression_attribute_values(":zero", n(0))
-                .expression_attribute_values(":sku", s(sku.as_str()))
-                .expression_attribute_values(":e", s("STOCK"));
-            req = match &current {
-                None => req.condition_expression("attribute_not_exists(pk)"),
-                Some(c) => req
-                    .condition_expression("available = :was_a AND reserved = :was_r")
-                    .expression_attribute_values(":was_a", n(c.available))
-                    .expression_attribute_values(":was_r", n(c.reserved)),
-            };
-            if self.cas(req, "put stock").await? == Cas::Applied {
-                return Ok(());
-            }
+    async fn put_stock(&self, sku: &Sku, available: i64, expected: Option<i64>) -> Result<Cas, Unavailable> {
+        let mut req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(keys::sku(sku), keys::STOCK_SK)))
+            .update_expression("SET available = :a, reserved = if_not_exists(reserved, :zero), sku = :sku, entity = :e")
+            .expression_attribute_values(":a", n(available))
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":sku", s(sku.as_str()))
+            .expression_attribute_values(":e", s("STOCK"));
+        if let Some(was) = expected {
+            req = req.condition_expression("available = :was").expression_attribute_values(":was", n(was));
         }
-        Err(Unavailable::new("put stock", "the stock kept changing; try again"))
+        self.cas(req, "put stock").await
     }
 
     async fn stock(&self, sku: &Sku) -> Result<Option<Stock>, Unavailable> {

@@ -26,15 +26,10 @@ pub fn env(name: &str) -> Result<String, lambda_runtime::Error> {
     std::env::var(name).map_err(|_| format!("environment variable {name} is not set").into())
 }
 
-/// The webhook signing secret, read once at cold start: `WEBHOOK_SECRET`
-/// when set (local runs), otherwise the SSM parameter named by
-/// `WEBHOOK_SECRET_PARAMETER` (a SecureString on AWS).
+/// The webhook signing secret, read once at cold start from the SSM
+/// SecureString named by `WEBHOOK_SECRET_PARAMETER` (the local stack puts
+/// its value into the emulator's SSM the same way).
 pub async fn webhook_secret(config: &aws_config::SdkConfig) -> Result<Vec<u8>, lambda_runtime::Error> {
-    if let Ok(s) = std::env::var("WEBHOOK_SECRET") {
-        if !s.is_empty() {
-            return Ok(s.into_bytes());
-        }
-    }
     let name = env("WEBHOOK_SECRET_PARAMETER")?;
     let out = aws_sdk_ssm::Client::new(config)
         .get_parameter()

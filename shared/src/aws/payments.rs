@@ -107,9 +107,13 @@ impl PaymentStore for DynamoStore {
         ];
         match self.transact_items(items, "record payment attempt").await? {
             Ok(()) => Ok(AttemptResult::Recorded),
-            Err(_) => match self.order(&order.order_id).await? {
-                Some(o) => Ok(AttemptResult::NotPayable(Box::new(o))),
-                None => Ok(AttemptResult::NotFound),
+            // The order's condition failed: the order as it is now came back
+            // with the cancellation (ALL_OLD), so no second read is needed.
+            Err(failed) => match failed.into_iter().next().flatten() {
+                Some(old) if old.contains_key("pk") => Ok(AttemptResult::NotPayable(Box::new(
+                    serde_dynamo::from_item(old).map_err(|e| Unavailable::new("decode order", e))?,
+                ))),
+                _ => Ok(AttemptResult::NotFound),
             },
         }
     }

@@ -4,23 +4,32 @@
 //! is what reconciliation compares. Faults can be planted per payment so
 //! that tests can drive every branch of the close and refund paths.
 
+use super::dynamo::{is_condition_failure, s};
 use crate::domain::*;
 use crate::ports::{ChannelPayment, PaymentChannel, RefundResult, Unavailable};
 use crate::store::PaymentAttempt;
 use async_trait::async_trait;
-use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{AttributeValue as Av, ReturnValue};
 use aws_sdk_dynamodb::Client;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
+/// How the sandbox misbehaves when asked about (or told to close) a payment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueryFault {
+    /// Fail as if the channel did not answer.
+    Timeout,
+    /// Answer that the channel has no such payment (a provider that lost or
+    /// has not yet indexed it).
+    NotFound,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Faults {
-    /// `"timeout"`: queries fail as if the channel did not answer.
-    /// `"not_found"`: queries answer that the channel has no such payment
-    /// (a provider that lost or has not yet indexed it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub query: Option<String>,
+    pub query: Option<QueryFault>,
     /// How many refund calls fail before one succeeds.
     #[serde(default)]
     pub refund_failures: u32,
@@ -50,10 +59,6 @@ pub struct LedgerEntry {
 pub struct SandboxChannel {
     client: Client,
     table: String,
-}
-
-fn s(v: impl Into<String>) -> Av {
-    Av::S(v.into())
 }
 
 impl SandboxChannel {
@@ -144,9 +149,7 @@ impl SandboxChannel {
                 .attributes
                 .map(|i| serde_dynamo::from_item(i).map_err(|e| Unavailable::new("sandbox ledger decode", e)))
                 .transpose(),
-            Err(e) if e.as_service_error().and_then(|x| x.code()) == Some("ConditionalCheckFailedException") => {
-                self.entry(payment_id).await
-            }
+            Err(e) if is_condition_failure(&e) => self.entry(payment_id).await,
             Err(e) => Err(Unavailable::new("sandbox settle", e)),
         }
     }
@@ -157,10 +160,10 @@ fn answer(entry: Option<LedgerEntry>, context: &'static str) -> Result<ChannelPa
     let Some(e) = entry else {
         return Ok(ChannelPayment::NotFound);
     };
-    match e.faults.query.as_deref() {
-        Some("timeout") => return Err(Unavailable::new(context, "timed out (injected fault)")),
-        Some("not_found") => return Ok(ChannelPayment::NotFound),
-        _ => {}
+    match e.faults.query {
+        Some(QueryFault::Timeout) => return Err(Unavailable::new(context, "timed out (injected fault)")),
+        Some(QueryFault::NotFound) => return Ok(ChannelPayment::NotFound),
+        None => {}
     }
     Ok(match e.status {
         PaymentStatus::Succeeded => ChannelPayment::Succeeded {
@@ -198,7 +201,7 @@ impl PaymentChannel for SandboxChannel {
             .await;
         match res {
             Ok(_) => Ok(()),
-            Err(e) if e.as_service_error().and_then(|x| x.code()) == Some("ConditionalCheckFailedException") => Ok(()),
+            Err(e) if is_condition_failure(&e) => Ok(()),
             Err(e) => Err(Unavailable::new("sandbox open payment", e)),
         }
     }
@@ -232,9 +235,7 @@ impl PaymentChannel for SandboxChannel {
         match res {
             Ok(_) => Ok(ChannelPayment::Failed),
             // Settled in the meantime: report what it settled to.
-            Err(e) if e.as_service_error().and_then(|x| x.code()) == Some("ConditionalCheckFailedException") => {
-                answer(self.entry(payment_id).await?, "sandbox cancel")
-            }
+            Err(e) if is_condition_failure(&e) => answer(self.entry(payment_id).await?, "sandbox cancel"),
             Err(e) => Err(Unavailable::new("sandbox cancel", e)),
         }
     }
@@ -259,7 +260,7 @@ impl PaymentChannel for SandboxChannel {
             .await;
         match failing {
             Ok(_) => return Ok(RefundResult::Failed("refund rejected by the channel (injected fault)".into())),
-            Err(e) if e.as_service_error().and_then(|x| x.code()) == Some("ConditionalCheckFailedException") => {}
+            Err(e) if is_condition_failure(&e) => {}
             Err(e) => return Err(Unavailable::new("sandbox refund", e)),
         }
         let res = self
@@ -292,10 +293,56 @@ impl PaymentChannel for SandboxChannel {
                     .unwrap_or_default();
                 Ok(RefundResult::Refunded { channel_refund_id: id })
             }
-            Err(e) if e.as_service_error().and_then(|x| x.code()) == Some("ConditionalCheckFailedException") => {
+            Err(e) if is_condition_failure(&e) => {
                 Ok(RefundResult::Failed("the channel refused the refund (not paid, amount or key mismatch)".into()))
             }
             Err(e) => Err(Unavailable::new("sandbox refund", e)),
         }
+    }
+}
+
+/// The payment channel a deployment has, from its environment: the sandbox
+/// when `SANDBOX_LEDGER_TABLE` names its ledger, otherwise none. A real
+/// provider's client becomes another variant.
+#[derive(Clone)]
+pub enum ConfiguredChannel {
+    Sandbox(SandboxChannel),
+    None,
+}
+
+impl ConfiguredChannel {
+    pub fn from_env(client: Client) -> Self {
+        match std::env::var("SANDBOX_LEDGER_TABLE") {
+            Ok(t) if !t.is_empty() => Self::Sandbox(SandboxChannel::new(client, t)),
+            _ => Self::None,
+        }
+    }
+    pub fn sandbox(&self) -> Option<&SandboxChannel> {
+        match self {
+            Self::Sandbox(s) => Some(s),
+            Self::None => None,
+        }
+    }
+    fn get(&self, op: &'static str) -> Result<&SandboxChannel, Unavailable> {
+        // Without a channel no attempt can exist (payment entry refuses), so
+        // this is reached only by a misconfigured deployment: an unknown
+        // answer, which holds the order and releases nothing.
+        self.sandbox().ok_or_else(|| Unavailable::new(op, "no payment channel is configured on this deployment"))
+    }
+}
+
+#[async_trait]
+impl PaymentChannel for ConfiguredChannel {
+    async fn open(&self, attempt: &PaymentAttempt, merchant_id: &str) -> Result<(), Unavailable> {
+        self.get("open payment")?.open(attempt, merchant_id).await
+    }
+    async fn query(&self, payment_id: &PaymentId) -> Result<ChannelPayment, Unavailable> {
+        self.get("query payment")?.query(payment_id).await
+    }
+    async fn cancel(&self, payment_id: &PaymentId) -> Result<ChannelPayment, Unavailable> {
+        self.get("close payment")?.cancel(payment_id).await
+    }
+    async fn refund(&self, payment_id: &PaymentId, amount: i64, key: &str) -> Result<RefundResult, Unavailable> {
+        self.get("refund")?.refund(payment_id, amount, key).await
     }
 }

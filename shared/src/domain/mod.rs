@@ -1,6 +1,7 @@
-//! The pure domain: identifiers, money, time and the four state machines of
-//! an order's life (order, stock reservation, coupon lock, payment attempt,
-//! refund). Nothing here knows about AWS; every transition is a function from
+//! The pure domain: identifiers, money, time and the state machines of an
+//! order's life: the order, its stock reservations and coupon lock
+//! (`apply` + `transition`), and what may be recorded on a payment attempt
+//! (`payment::may_record`). Nothing here knows about AWS; every transition is a function from
 //! a state and an event to the next state or a typed refusal.
 
 pub mod coupon;
@@ -13,7 +14,7 @@ pub mod time;
 
 pub use coupon::{CouponLockEvent, CouponLockStatus, CouponState};
 pub use ids::{ChannelName, CouponId, IdempotencyKey, OrderId, PaymentId, Sku, UserId};
-pub use money::{Currency, Money};
+pub use money::Currency;
 pub use order::{
     decide_close, CloseDecision, ClosingLease, Order, OrderEvent, OrderLine, OrderStatus, PaymentSuccessOutcome,
     StatusChange,

@@ -43,13 +43,6 @@ impl fmt::Display for Currency {
     }
 }
 
-/// An amount in minor units together with its currency.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Money {
-    pub amount: i64,
-    pub currency: Currency,
-}
-
 /// The largest amount one order line or order may carry: far above any real
 /// basket, far below where `i64` arithmetic could overflow.
 pub const MAX_AMOUNT: i64 = 1_000_000_000_000;

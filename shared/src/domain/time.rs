@@ -20,11 +20,16 @@ pub struct InvalidTimestamp(pub String);
 const FIXED: &[time::format_description::BorrowedFormatItem<'static>] =
     format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
 
+/// 9999-12-31T23:59:59.999Z: beyond it the fixed-width form (and with it
+/// string order = time order) would break.
+const MAX_MS: i64 = 253_402_300_799_999;
+
 impl Timestamp {
+    /// Times are kept within 1970..=9999; arithmetic that would leave that
+    /// range saturates at its ends instead of panicking.
     pub fn from_unix_millis(ms: i64) -> Self {
-        let t =
-            OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).expect("unix millis within range");
-        Self(t)
+        let ms = ms.clamp(0, MAX_MS);
+        Self(OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).expect("clamped into range"))
     }
     pub fn unix_millis(&self) -> i64 {
         (self.0.unix_timestamp_nanos() / 1_000_000) as i64
@@ -35,13 +40,17 @@ impl Timestamp {
     /// Parses any RFC 3339 time and normalises it to UTC milliseconds.
     pub fn parse(s: &str) -> Result<Self, InvalidTimestamp> {
         let t = OffsetDateTime::parse(s, &Rfc3339).map_err(|_| InvalidTimestamp(s.to_owned()))?;
-        Ok(Self::from_unix_millis((t.unix_timestamp_nanos() / 1_000_000) as i64))
+        let ms = t.unix_timestamp_nanos() / 1_000_000;
+        if !(0..=i128::from(MAX_MS)).contains(&ms) {
+            return Err(InvalidTimestamp(format!("{s} (must be between 1970 and 9999 in UTC)")));
+        }
+        Ok(Self::from_unix_millis(ms as i64))
     }
     pub fn plus(&self, d: Duration) -> Self {
-        Self::from_unix_millis(self.unix_millis() + d.as_millis() as i64)
+        Self::from_unix_millis(self.unix_millis().saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
     }
     pub fn minus(&self, d: Duration) -> Self {
-        Self::from_unix_millis(self.unix_millis() - d.as_millis() as i64)
+        Self::from_unix_millis(self.unix_millis().saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
     }
     /// How long from `self` until `later`; zero if `later` is not later.
     pub fn until(&self, later: Timestamp) -> Duration {
@@ -92,6 +101,15 @@ mod tests {
     fn offsets_are_normalised_to_utc() {
         let t = Timestamp::parse("2026-01-01T08:00:00+08:00").unwrap();
         assert_eq!(t.to_string(), "2026-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn times_outside_1970_to_9999_are_refused_not_a_panic() {
+        assert!(Timestamp::parse("9999-12-31T23:59:59-23:59").is_err());
+        assert!(Timestamp::parse("1969-12-31T23:59:59Z").is_err());
+        assert!(Timestamp::parse("9999-12-31T23:59:59.999Z").is_ok());
+        let end = Timestamp::parse("9999-12-31T23:59:59.999Z").unwrap();
+        assert_eq!(end.plus(Duration::from_secs(u64::MAX)), end);
     }
 
     #[test]

@@ -3,16 +3,14 @@
 use lambda_http::request::RequestContext;
 use lambda_http::{Request, RequestExt};
 
-/// The route that matched, e.g. `GET /orders/{order_id}`. API Gateway puts
-/// it in the request context; when it is missing (some emulators), it is
-/// rebuilt from the method and the path shape.
+/// The route that matched, e.g. `GET /orders/{order_id}`, from the request
+/// context API Gateway fills in (an empty string when there is none, which
+/// no handler matches).
 pub fn route_key(req: &Request) -> String {
-    if let Some(RequestContext::ApiGatewayV2(ctx)) = req.request_context_ref() {
-        if let Some(k) = ctx.route_key.as_deref().filter(|k| *k != "$default") {
-            return k.to_owned();
-        }
+    match req.request_context_ref() {
+        Some(RequestContext::ApiGatewayV2(ctx)) => ctx.route_key.clone().unwrap_or_default(),
+        _ => String::new(),
     }
-    format!("{} {}", req.method(), req.uri().path())
 }
 
 pub fn path_param(req: &Request, name: &str) -> String {

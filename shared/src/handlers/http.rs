@@ -2,7 +2,7 @@
 
 use super::api::{body_bytes, header, path_param, route_key};
 use crate::aws::dynamo::DynamoStore;
-use crate::aws::sandbox::SandboxChannel;
+use crate::aws::sandbox::ConfiguredChannel;
 use crate::error::ApiError;
 use crate::http::{error_response, json_response, respond};
 use crate::metrics;
@@ -38,7 +38,7 @@ pub async fn create_order(uc: &CreateOrder<DynamoStore>, req: Request) -> Respon
 /// Everything the order API needs, built once at cold start.
 pub struct OrderApi {
     pub store: DynamoStore,
-    pub sandbox: Option<SandboxChannel>,
+    pub channel: ConfiguredChannel,
     pub clock: Box<dyn Clock>,
     pub ids: Box<dyn IdGen>,
     pub merchant_id: String,
@@ -58,7 +58,7 @@ pub async fn order_api(app: &OrderApi, req: Request) -> Response<Body> {
         }
         "POST /orders/{order_id}/payments" => payments::start_payment(
             store,
-            app.sandbox.as_ref(),
+            app.channel.sandbox(),
             app.clock.as_ref(),
             app.ids.as_ref(),
             &app.merchant_id,
@@ -75,7 +75,7 @@ pub async fn order_api(app: &OrderApi, req: Request) -> Response<Body> {
         "GET /admin/coupons/{coupon_id}" => {
             queries::get_coupon(store, &path_param(&req, "coupon_id")).await.map(|v| (200, v))
         }
-        other => Err(ApiError::not_found(format!("route {other}"))),
+        _ => Err(ApiError::not_found(format!("route {} {}", req.method(), req.uri().path()))),
     };
     respond(result)
 }

@@ -14,10 +14,10 @@ use tracing::{info, warn};
 pub async fn run_reconcile(store: &DynamoStore, ledger: Option<&SandboxChannel>) -> Result<Value, Error> {
     let records = store.scan_order_records().await?;
     let entries = match ledger {
-        Some(l) => l.entries().await?,
-        None => Vec::new(),
+        Some(l) => Some(l.entries().await?),
+        None => None,
     };
-    let report = reconcile(&records, &entries);
+    let report = reconcile(&records, entries.as_deref());
     for (kind, count) in &report.counts {
         metrics::count(&format!("Discrepancy.{kind}"), *count as u64);
     }

@@ -3,7 +3,7 @@
 use super::batch::{each_sqs_message, each_stream_record};
 use super::streams::refund_ids_of;
 use crate::aws::dynamo::DynamoStore;
-use crate::aws::sandbox::SandboxChannel;
+use crate::aws::sandbox::ConfiguredChannel;
 use crate::domain::{OrderId, PaymentId};
 use crate::ports::Clock;
 use crate::usecases::refunds::{mark_refund_failed, process_refund, RefundOutcome};
@@ -16,7 +16,7 @@ use tracing::error;
 
 pub struct RefundWorker {
     pub store: DynamoStore,
-    pub channel: SandboxChannel,
+    pub channel: ConfiguredChannel,
     pub sqs: aws_sdk_sqs::Client,
     pub queue_url: String,
     pub dlq_url: String,
@@ -61,7 +61,17 @@ pub async fn handle(w: &RefundWorker, event: Value) -> Result<Value, Error> {
 async fn sqs(w: &RefundWorker, event: SqsEvent) -> SqsBatchResponse {
     each_sqs_message(event, |message| async move {
         let body = message.body.unwrap_or_default();
-        let msg: RefundMessage = serde_json::from_str(&body).map_err(|e| format!("malformed refund message: {e}"))?;
+        let msg: RefundMessage = match serde_json::from_str(&body) {
+            Ok(m) => m,
+            // It can never succeed: logged, counted, acknowledged. Refunds
+            // themselves live in the table; a lost message is found by
+            // reconciliation (refund state vs channel).
+            Err(e) => {
+                error!(error = %e, "malformed refund message dropped");
+                crate::metrics::count("MalformedRefundMessage", 1);
+                return Ok(());
+            }
+        };
         match process_refund(&w.store, &w.channel, w.clock.as_ref(), &msg.order_id, &msg.payment_id)
             .await
             .map_err(|e| e.to_string())?

@@ -2,10 +2,10 @@
 //! (its own ledger), plant faults, and send a signed notification to the
 //! webhook as a real provider would.
 
-use super::api::{body_bytes, header, path_param};
+use super::api::{body_bytes, path_param};
 use crate::aws::sandbox::{Faults, SandboxChannel};
 use crate::domain::{PaymentId, PaymentStatus};
-use crate::error::ApiError;
+use crate::error::{json_object, ApiError};
 use crate::http::respond;
 use crate::ports::{Clock, Unavailable};
 use crate::signature;
@@ -17,24 +17,9 @@ pub struct Sandbox {
     pub clock: Box<dyn Clock>,
     pub secret: Vec<u8>,
     pub merchant_id: String,
-    /// The webhook's URL; when empty it is derived from the request, which
-    /// came in through the same HTTP API.
+    /// Where notifications go: this API's `/payments/sandbox/notify`.
     pub webhook_url: String,
     pub http: reqwest::Client,
-}
-
-fn webhook_url(app: &Sandbox, req: &Request) -> String {
-    if !app.webhook_url.is_empty() {
-        return app.webhook_url.clone();
-    }
-    let uri = req.uri();
-    let path = uri.path();
-    let base = path.find("/sandbox/").map(|i| &path[..i]).unwrap_or("");
-    let host =
-        header(req, "host").map(str::to_owned).or_else(|| uri.authority().map(|a| a.to_string())).unwrap_or_default();
-    let scheme = header(req, "x-forwarded-proto")
-        .unwrap_or(if host.starts_with("127.") || host.starts_with("localhost") { "http" } else { "https" });
-    format!("{scheme}://{host}{base}/payments/sandbox/notify")
 }
 
 pub async fn settle(app: &Sandbox, req: Request) -> Response<Body> {
@@ -44,8 +29,7 @@ pub async fn settle(app: &Sandbox, req: Request) -> Response<Body> {
 async fn settle_inner(app: &Sandbox, req: &Request) -> Result<Value, ApiError> {
     let raw_id = path_param(req, "payment_id");
     let payment_id = PaymentId::parse(raw_id.clone()).map_err(|_| ApiError::not_found(format!("payment {raw_id}")))?;
-    let body: Value = serde_json::from_slice(body_bytes(req))
-        .map_err(|e| ApiError::invalid(format!("body is not valid JSON: {e}")))?;
+    let body = json_object(body_bytes(req))?;
     let outcome = match body.get("outcome").and_then(Value::as_str) {
         None => None,
         Some("SUCCEEDED") => Some(PaymentStatus::Succeeded),
@@ -85,7 +69,7 @@ async fn settle_inner(app: &Sandbox, req: &Request) -> Result<Value, ApiError> {
         let sig = signature::sign(&app.secret, now.unix_seconds(), notification.as_bytes());
         let resp = app
             .http
-            .post(webhook_url(app, req))
+            .post(&app.webhook_url)
             .header("content-type", "application/json")
             .header("x-signature", sig)
             .body(notification)

@@ -3,7 +3,7 @@
 
 use crate::domain::money::line_total;
 use crate::domain::*;
-use crate::error::ApiError;
+use crate::error::{json_object, ApiError};
 use crate::ports::{Clock, IdGen};
 use crate::store::{CreateResult, IdempotencyClaim, OrderStore};
 use serde::Serialize;
@@ -46,9 +46,7 @@ fn reject_unknown(obj: &serde_json::Map<String, Value>, known: &[&str], at: &str
 impl CreateOrderRequest {
     /// Parses and validates a request body; every error names the field.
     pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
-        let value: Value =
-            serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("body is not valid JSON: {e}")))?;
-        let obj = value.as_object().ok_or_else(|| ApiError::invalid("body must be a JSON object"))?;
+        let obj = &json_object(body)?;
         reject_unknown(obj, &["user_id", "currency", "items", "coupon_id"], "")?;
         let user_id = UserId::parse(string_field(obj, "user_id")?).map_err(|e| ApiError::invalid(e.0))?;
         let currency = Currency::parse(string_field(obj, "currency")?).map_err(|e| ApiError::invalid(e.0))?;
@@ -165,12 +163,13 @@ impl<S: OrderStore> CreateOrder<S> {
                 "idempotency_key_reused",
                 "this Idempotency-Key was already used with a different request body; use a new key for a new order",
             )),
-            CreateResult::OutOfStock(sku) => {
-                Err(ApiError::conflict("out_of_stock", format!("not enough stock for sku {sku}")))
-            }
+            CreateResult::OutOfStock(sku) => Err(ApiError::conflict(
+                "out_of_stock",
+                format!("not enough stock for sku {sku} (or no such sku); lower the quantity or remove the line"),
+            )),
             CreateResult::CouponUnavailable => Err(ApiError::conflict(
                 "coupon_unavailable",
-                "the coupon does not exist, belongs to another user, is expired or is already in use",
+                "the coupon does not exist, belongs to another user, is expired or is in use; order without coupon_id",
             )),
         }
     }

@@ -12,7 +12,7 @@
 //! | any, bad signature / amount / currency / merchant | rejected, counted, nothing changes |
 
 use crate::domain::*;
-use crate::error::ApiError;
+use crate::error::{json_object, ApiError};
 use crate::metrics;
 use crate::ports::{Clock, IdGen, PaymentChannel, Unavailable};
 use crate::store::*;
@@ -38,22 +38,25 @@ where
     S: OrderStore + PaymentStore,
     C: PaymentChannel,
 {
-    let obj = match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(o)) => o,
-        Ok(_) => return Err(ApiError::invalid("body must be a JSON object")),
-        Err(e) => return Err(ApiError::invalid(format!("body is not valid JSON: {e}"))),
-    };
+    let obj = json_object(body)?;
     let channel_name = obj
         .get("channel")
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::invalid("channel is required and must be a string"))?;
     let channel = match (channel_name, channel) {
         ("sandbox", Some(c)) => c,
-        _ => return Err(ApiError::invalid(format!("channel {channel_name:?} is not enabled on this deployment"))),
+        (_, Some(_)) => {
+            return Err(ApiError::invalid(format!("channel {channel_name:?} is not enabled; use \"sandbox\"")));
+        }
+        (_, None) => {
+            return Err(ApiError::invalid(format!(
+                "channel {channel_name:?} is not enabled; this deployment has no payment channel"
+            )));
+        }
     };
     let order_id = OrderId::parse(order_id).map_err(|_| ApiError::not_found(format!("order {order_id}")))?;
+    let mut order = store.order(&order_id).await?.ok_or_else(|| ApiError::not_found(format!("order {order_id}")))?;
     for _ in 0..5 {
-        let order = store.order(&order_id).await?.ok_or_else(|| ApiError::not_found(format!("order {order_id}")))?;
         let now = clock.now();
         if order.status != OrderStatus::PendingPayment {
             return Err(ApiError::conflict(
@@ -91,8 +94,9 @@ where
                 }));
             }
             AttemptResult::NotFound => return Err(ApiError::not_found(format!("order {order_id}"))),
-            // The order changed (another attempt, a close): look again.
-            AttemptResult::NotPayable(_) => continue,
+            // The order changed (another attempt, a close): decide again on
+            // the order as it is now.
+            AttemptResult::NotPayable(now) => order = *now,
         }
     }
     Err(Unavailable::new("start payment", "order kept changing").into())

@@ -1,8 +1,8 @@
 //! Reads and operator seeding: order views, stock and coupons.
 
 use crate::domain::*;
-use crate::error::ApiError;
-use crate::store::{Coupon, OrderRecord, OrderStore, PutCoupon};
+use crate::error::{json_object, ApiError};
+use crate::store::{Cas, Coupon, OrderRecord, OrderStore, PutCoupon};
 use serde_json::{json, Value};
 
 /// The buyer's view of an order.
@@ -68,14 +68,6 @@ pub async fn get_order<S: OrderStore>(store: &S, id: &str, admin: bool) -> Resul
     Ok(if admin { admin_order_view(&record) } else { order_view(&record) })
 }
 
-fn json_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, ApiError> {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(o)) => Ok(o),
-        Ok(_) => Err(ApiError::invalid("body must be a JSON object")),
-        Err(e) => Err(ApiError::invalid(format!("body is not valid JSON: {e}"))),
-    }
-}
-
 fn stock_view(s: &crate::store::Stock) -> Value {
     json!({"sku": s.sku, "available": s.available, "reserved": s.reserved})
 }
@@ -83,12 +75,28 @@ fn stock_view(s: &crate::store::Stock) -> Value {
 pub async fn put_stock<S: OrderStore>(store: &S, sku: &str, body: &[u8]) -> Result<Value, ApiError> {
     let sku = Sku::parse(sku).map_err(|e| ApiError::invalid(e.0))?;
     let obj = json_object(body)?;
-    let available = obj
-        .get("available")
-        .and_then(Value::as_i64)
-        .filter(|a| (0..=1_000_000_000).contains(a))
-        .ok_or_else(|| ApiError::invalid("available must be an integer from 0 to 1000000000"))?;
-    store.put_stock(&sku, available).await?;
+    let count = |name: &str| -> Result<Option<i64>, ApiError> {
+        match obj.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_i64()
+                .filter(|a| (0..=1_000_000_000).contains(a))
+                .map(Some)
+                .ok_or_else(|| ApiError::invalid(format!("{name} must be an integer from 0 to 1000000000"))),
+        }
+    };
+    let available = count("available")?.ok_or_else(|| ApiError::invalid("available is required"))?;
+    let expected = count("if_available")?;
+    if store.put_stock(&sku, available, expected).await? == Cas::Rejected {
+        let now = store.stock(&sku).await?.map(|s| s.available).unwrap_or(0);
+        return Err(ApiError::conflict(
+            "stock_changed",
+            format!(
+                "available is {now}, not the {} the request expected; read it again and retry",
+                expected.unwrap_or(0)
+            ),
+        ));
+    }
     let stock = store.stock(&sku).await?.ok_or_else(|| ApiError::not_found(format!("sku {sku}")))?;
     Ok(stock_view(&stock))
 }

@@ -19,6 +19,9 @@ pub const KINDS: [&str; 7] = [
     "funds_identity_violation",
 ];
 
+/// The kinds that need no channel data.
+pub const LOCAL_KINDS: [&str; 1] = ["reservation_released_on_paid_order"];
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Discrepancy {
     pub kind: &'static str,
@@ -31,6 +34,8 @@ pub struct Discrepancy {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Report {
     pub orders_checked: usize,
+    /// False when no channel ledger was available: only local checks ran.
+    pub channel_checked: bool,
     pub payments_checked: usize,
     /// Orders whose refunds are still REFUND_PENDING: the funds identity is
     /// checked once they drain.
@@ -39,8 +44,11 @@ pub struct Report {
     pub discrepancies: Vec<Discrepancy>,
 }
 
-/// Compares the local records with the channel's ledger.
-pub fn reconcile(records: &[OrderRecord], ledger: &[LedgerEntry]) -> Report {
+/// Compares the local records with the channel's ledger. Without a ledger
+/// (no channel configured) only the checks that need no channel data run.
+pub fn reconcile(records: &[OrderRecord], ledger: Option<&[LedgerEntry]>) -> Report {
+    let channel_checked = ledger.is_some();
+    let ledger = ledger.unwrap_or_default();
     let by_payment: HashMap<&str, &LedgerEntry> = ledger.iter().map(|e| (e.payment_id.as_str(), e)).collect();
     let mut out = Vec::new();
     let mut push = |kind, order: &OrderId, payment: Option<&PaymentId>, detail: String| {
@@ -176,11 +184,21 @@ pub fn reconcile(records: &[OrderRecord], ledger: &[LedgerEntry]) -> Report {
             );
         }
     }
+    if !channel_checked {
+        out.retain(|d| LOCAL_KINDS.contains(&d.kind));
+    }
     let mut counts: BTreeMap<&'static str, usize> = KINDS.iter().map(|k| (*k, 0)).collect();
     for d in &out {
         *counts.entry(d.kind).or_default() += 1;
     }
-    Report { orders_checked: records.len(), payments_checked, refunds_pending, counts, discrepancies: out }
+    Report {
+        orders_checked: records.len(),
+        payments_checked,
+        refunds_pending,
+        channel_checked,
+        counts,
+        discrepancies: out,
+    }
 }
 
 #[cfg(test)]
@@ -292,7 +310,7 @@ mod tests {
             ledger("o2", "p2", PaymentStatus::Succeeded, true),
             ledger("o3", "p3", PaymentStatus::Failed, false),
         ];
-        let report = reconcile(&records, &ledger);
+        let report = reconcile(&records, Some(&ledger));
         assert_eq!(report.discrepancies, vec![], "{report:?}");
         assert_eq!((report.orders_checked, report.payments_checked), (3, 3));
     }
@@ -347,7 +365,7 @@ mod tests {
             ledger("o5", "p5", PaymentStatus::Succeeded, false),
             ledger("o6", "p6", PaymentStatus::Succeeded, false),
         ];
-        let report = reconcile(&records, &ledger);
+        let report = reconcile(&records, Some(&ledger));
         let has = |kind: &str, order: &str| report.discrepancies.iter().any(|d| d.kind == kind && d.order_id == order);
         assert!(has("channel_success_order_unpaid", "o1"));
         assert!(has("order_paid_without_channel_success", "o2"));
@@ -359,6 +377,11 @@ mod tests {
         for kind in KINDS {
             assert!(report.counts[kind] >= 1, "{kind}: {report:?}");
         }
+        // Without the channel's ledger, only what the records alone show.
+        let local = reconcile(&records, None);
+        assert!(!local.channel_checked);
+        let kinds: Vec<&str> = local.discrepancies.iter().map(|d| d.kind).collect();
+        assert_eq!(kinds, ["reservation_released_on_paid_order"]);
     }
 
     #[test]
@@ -369,7 +392,7 @@ mod tests {
             vec![refund("o1", "p1", RefundStatus::RefundPending)],
             true,
         )];
-        let report = reconcile(&records, &[ledger("o1", "p1", PaymentStatus::Succeeded, false)]);
+        let report = reconcile(&records, Some(&[ledger("o1", "p1", PaymentStatus::Succeeded, false)]));
         assert_eq!(report.discrepancies, vec![]);
         assert_eq!(report.refunds_pending, 1);
     }
