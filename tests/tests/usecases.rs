@@ -256,9 +256,9 @@ async fn settling_a_paid_order_confirms_stock_uses_the_coupon_and_cancels_the_wa
     let ev = Evidence { at: w.clock.now(), source: "n".into(), status: PaymentStatus::Succeeded, detail: None };
     w.store.settle_success(&o, &a, "tx-settle", ev, None, "").await.unwrap();
     let wakeups = RecordedWakeUps::default();
-    let r = settle_order(&w.store, &wakeups, &w.clock, &o.order_id).await.unwrap();
+    let r = settle_order(&w.store, &wakeups, &w.channel, &w.clock, &o.order_id).await.unwrap();
     assert_eq!((r.moved, r.refused), (2, 0));
-    let again = settle_order(&w.store, &wakeups, &w.clock, &o.order_id).await.unwrap();
+    let again = settle_order(&w.store, &wakeups, &w.channel, &w.clock, &o.order_id).await.unwrap();
     assert_eq!((again.moved, again.already), (0, 2));
     let stock = w.store.stock(&Sku::parse("A").unwrap()).await.unwrap().unwrap();
     assert_eq!((stock.available, stock.reserved), (7, 0), "sold, not returned");
@@ -483,4 +483,34 @@ async fn a_success_confirmed_while_another_payment_wins_is_refunded_not_dropped(
     assert_eq!(rec.order.paid_by.as_ref(), Some(&fast.payment_id));
     assert_eq!(rec.refunds.len(), 1);
     assert_eq!(rec.refunds[0].payment_id, slow.payment_id, "the slower success is refunded");
+}
+
+#[tokio::test]
+async fn once_paid_the_orders_other_payments_are_closed_at_the_channel_or_refunded() {
+    let w = World::new().await;
+    let o = w.order(None).await;
+    let (o, paying) = w.with_attempt(&o).await;
+    let (o, abandoned) = w.with_attempt(&o).await;
+    let (o, also_paid) = w.with_attempt(&o).await;
+    w.channel.answer(&abandoned.payment_id, Some(ChannelPayment::Pending));
+    w.channel.answer(
+        &also_paid.payment_id,
+        Some(ChannelPayment::Succeeded {
+            channel_txn_id: "tx-2".into(),
+            amount: also_paid.amount,
+            currency: "EUR".into(),
+        }),
+    );
+    let ev = Evidence { at: w.clock.now(), source: "n".into(), status: PaymentStatus::Succeeded, detail: None };
+    assert_eq!(w.store.settle_success(&o, &paying, "tx-1", ev, None, "").await.unwrap(), SettleResult::Paid);
+    settle_order(&w.store, &RecordedWakeUps::default(), &w.channel, &w.clock, &o.order_id).await.unwrap();
+
+    let rec = w.store.order_record(&o.order_id).await.unwrap().unwrap();
+    let status = |p: &PaymentAttempt| rec.payments.iter().find(|x| x.payment_id == p.payment_id).unwrap().status;
+    assert_eq!(rec.order.status, OrderStatus::Paid);
+    assert_eq!(status(&paying), PaymentStatus::Succeeded);
+    assert_eq!(status(&abandoned), PaymentStatus::Failed, "closed at the channel");
+    assert_eq!(status(&also_paid), PaymentStatus::Succeeded);
+    assert_eq!(rec.refunds.len(), 1);
+    assert_eq!(rec.refunds[0].payment_id, also_paid.payment_id, "the second success is refunded");
 }

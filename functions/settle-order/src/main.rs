@@ -1,8 +1,10 @@
 //! Table stream (order → PAID) → confirm reservations, use the coupon,
-//! cancel the wake-up.
+//! cancel the wake-up, close the order's other open payments.
 use aws_lambda_events::event::dynamodb::Event;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use order_core::aws::{dynamo::DynamoStore, env, scheduler::EventBridgeWakeUps, sdk_config};
+use order_core::aws::{
+    dynamo::DynamoStore, env, sandbox::ConfiguredChannel, scheduler::EventBridgeWakeUps, sdk_config,
+};
 use order_core::handlers::{batch::each_stream_record, streams::order_of};
 use order_core::ports::SystemClock;
 use order_core::usecases::release_order::settle_order;
@@ -19,12 +21,15 @@ async fn main() -> Result<(), Error> {
         String::new(),
         String::new(),
     );
-    let (store, wakeups) = (&store, &wakeups);
+    let channel = ConfiguredChannel::from_env(aws_sdk_dynamodb::Client::new(&config));
+    let (store, wakeups, channel) = (&store, &wakeups, &channel);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Event>| async move {
         Ok::<_, Error>(
             each_stream_record(event.payload, |record| async move {
                 let order = order_of(&record)?;
-                settle_order(store, wakeups, &SystemClock, &order.order_id).await.map_err(|e| e.to_string())?;
+                settle_order(store, wakeups, channel, &SystemClock, &order.order_id)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 Ok::<_, String>(())
             })
             .await,

@@ -70,7 +70,7 @@ struct Success {
 }
 
 /// The channel's verdict on one attempt.
-enum Verdict {
+pub(crate) enum Verdict {
     Paid { channel_txn_id: String, detail: String },
     Unpaid(String),
     Unknown(String),
@@ -296,43 +296,52 @@ where
         Ok(facts)
     }
 
-    /// Asks the channel about one attempt. A payment the channel still
-    /// calls processing is closed at the channel (seed 000 §5.2: query or
-    /// close), so that an abandoned payment cannot hold the order forever;
-    /// if it was paid meanwhile, closing it reports the success.
     async fn ask_channel(&self, p: &PaymentAttempt, now: Timestamp) -> Verdict {
-        let mut answer = self.channel.query(&p.payment_id).await;
-        if matches!(answer, Ok(ChannelPayment::Pending)) {
-            answer = self.channel.cancel(&p.payment_id).await;
+        channel_verdict(&self.channel, p, now, self.not_found_grace).await
+    }
+}
+
+/// Asks the channel about one attempt. A payment the channel still
+/// calls processing is closed at the channel (seed 000 §5.2: query or
+/// close), so that an abandoned payment cannot hold the order forever;
+/// if it was paid meanwhile, closing it reports the success.
+pub(crate) async fn channel_verdict<C: PaymentChannel>(
+    channel: &C,
+    p: &PaymentAttempt,
+    now: Timestamp,
+    not_found_grace: Duration,
+) -> Verdict {
+    let mut answer = channel.query(&p.payment_id).await;
+    if matches!(answer, Ok(ChannelPayment::Pending)) {
+        answer = channel.cancel(&p.payment_id).await;
+    }
+    match answer {
+        Ok(ChannelPayment::Succeeded { channel_txn_id, amount, currency }) => {
+            if amount == p.amount && currency == p.currency.as_str() {
+                Verdict::Paid { detail: format!("channel_txn_id {channel_txn_id}"), channel_txn_id }
+            } else {
+                // Money moved, but not the money asked for: neither paid
+                // nor unpaid. Hold and alarm.
+                metrics::count("PaymentMismatch", 1);
+                Verdict::Unknown(format!(
+                    "channel success with {amount} {currency}, expected {} {}",
+                    p.amount, p.currency
+                ))
+            }
         }
-        match answer {
-            Ok(ChannelPayment::Succeeded { channel_txn_id, amount, currency }) => {
-                if amount == p.amount && currency == p.currency.as_str() {
-                    Verdict::Paid { detail: format!("channel_txn_id {channel_txn_id}"), channel_txn_id }
-                } else {
-                    // Money moved, but not the money asked for: neither paid
-                    // nor unpaid. Hold and alarm.
-                    metrics::count("PaymentMismatch", 1);
-                    Verdict::Unknown(format!(
-                        "channel success with {amount} {currency}, expected {} {}",
-                        p.amount, p.currency
-                    ))
-                }
-            }
-            Ok(ChannelPayment::Failed) => Verdict::Unpaid("failed or closed at the channel".into()),
-            // "Not found" means nothing was charged only once the channel
-            // has had time to learn about the payment: an attempt is
-            // recorded before it is opened at the channel, and providers
-            // index new payments with some lag.
-            Ok(ChannelPayment::NotFound) if p.created_at.plus(self.not_found_grace) <= now => {
-                Verdict::Unpaid("the channel has no such payment: nothing charged".into())
-            }
-            Ok(ChannelPayment::NotFound) => Verdict::Unknown("the channel does not know the payment yet".into()),
-            Ok(ChannelPayment::Pending) => {
-                Verdict::Unknown("still processing and could not be closed at the channel".into())
-            }
-            Err(e) => Verdict::Unknown(format!("channel did not answer: {e}")),
+        Ok(ChannelPayment::Failed) => Verdict::Unpaid("failed or closed at the channel".into()),
+        // "Not found" means nothing was charged only once the channel
+        // has had time to learn about the payment: an attempt is
+        // recorded before it is opened at the channel, and providers
+        // index new payments with some lag.
+        Ok(ChannelPayment::NotFound) if p.created_at.plus(not_found_grace) <= now => {
+            Verdict::Unpaid("the channel has no such payment: nothing charged".into())
         }
+        Ok(ChannelPayment::NotFound) => Verdict::Unknown("the channel does not know the payment yet".into()),
+        Ok(ChannelPayment::Pending) => {
+            Verdict::Unknown("still processing and could not be closed at the channel".into())
+        }
+        Err(e) => Verdict::Unknown(format!("channel did not answer: {e}")),
     }
 }
 

@@ -5,8 +5,11 @@
 
 use crate::domain::*;
 use crate::metrics;
-use crate::ports::{Clock, Unavailable, WakeUpScheduler};
-use crate::store::OrderStore;
+use crate::ports::{Clock, PaymentChannel, Unavailable, WakeUpScheduler};
+use crate::store::{Evidence, OrderRecord, OrderStore, PaymentStore};
+use crate::usecases::close_order::{channel_verdict, Verdict};
+use crate::usecases::payments::REFUND_NOTICE;
+use std::time::Duration;
 use tracing::{error, info, instrument, warn};
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -74,15 +77,23 @@ pub async fn release_order<S: OrderStore>(
 }
 
 /// The order was paid: reservations become CONFIRMED (the stock is sold),
-/// the coupon is USED, and the wake-up is cancelled (a reminder that fires
-/// anyway finds PAID and is acknowledged).
+/// the coupon is USED, the wake-up is cancelled (a reminder that fires
+/// anyway finds PAID and is acknowledged), and the order's other payments
+/// still open at the channel are closed there, so the buyer cannot be
+/// charged twice; one that succeeded meanwhile is recorded and refunded.
 #[instrument(skip_all, fields(order_id = %order_id))]
-pub async fn settle_order<S: OrderStore, W: WakeUpScheduler>(
+pub async fn settle_order<S, W, C>(
     store: &S,
     wakeups: &W,
+    channel: &C,
     clock: &dyn Clock,
     order_id: &OrderId,
-) -> Result<ResourceReport, Unavailable> {
+) -> Result<ResourceReport, Unavailable>
+where
+    S: OrderStore + PaymentStore,
+    W: WakeUpScheduler,
+    C: PaymentChannel,
+{
     let mut report = ResourceReport::default();
     let Some(record) = store.order_record(order_id).await? else {
         warn!("settle for an order that does not exist");
@@ -107,8 +118,53 @@ pub async fn settle_order<S: OrderStore, W: WakeUpScheduler>(
         tally(&mut report, res, "coupon lock");
     }
     wakeups.cancel_wake_up(order_id).await?;
+    close_other_payments(store, channel, clock, &record).await?;
     info!(moved = report.moved, already = report.already, refused = report.refused, "settle done");
     Ok(report)
+}
+
+/// Closes, at the channel, every attempt of a PAID order other than the one
+/// that paid it. Best effort per attempt: one the channel cannot close now
+/// stays as it is (its notification, if it is ever paid, leads to a refund;
+/// reconciliation finds it otherwise). A store failure is returned so that
+/// the stream record is retried.
+async fn close_other_payments<S: PaymentStore, C: PaymentChannel>(
+    store: &S,
+    channel: &C,
+    clock: &dyn Clock,
+    record: &OrderRecord,
+) -> Result<(), Unavailable> {
+    let order = &record.order;
+    let open = record.payments.iter().filter(|p| order.paid_by.as_ref() != Some(&p.payment_id) && !p.status.is_final());
+    for p in open {
+        let now = clock.now();
+        // The order is PAID: no stock is at stake, so "not found" can be
+        // believed at once; a late success still becomes a refund.
+        match channel_verdict(channel, p, now, Duration::ZERO).await {
+            Verdict::Paid { channel_txn_id, detail } => {
+                let evidence = Evidence {
+                    at: now,
+                    source: "channel_close".into(),
+                    status: PaymentStatus::Succeeded,
+                    detail: Some(detail),
+                };
+                let r = store.settle_success(order, p, &channel_txn_id, evidence, None, REFUND_NOTICE).await?;
+                warn!(payment_id = %p.payment_id, result = ?r, "a second payment succeeded: refund");
+                metrics::count("LatePaymentRefund", 1);
+            }
+            Verdict::Unpaid(detail) => {
+                let evidence = Evidence {
+                    at: now,
+                    source: "channel_close".into(),
+                    status: PaymentStatus::Failed,
+                    detail: Some(detail),
+                };
+                store.record_payment_fact(p, PaymentStatus::Failed, evidence, None).await?;
+            }
+            Verdict::Unknown(why) => warn!(payment_id = %p.payment_id, why = %why, "another payment left open"),
+        }
+    }
+    Ok(())
 }
 
 fn tally<S>(report: &mut ResourceReport, res: Result<Step<S>, Refused>, what: &str) {
