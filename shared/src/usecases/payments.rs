@@ -85,7 +85,8 @@ where
             AttemptResult::Recorded => {
                 // Recorded first, opened second: if opening fails the
                 // channel has never seen the payment, which the close path
-                // reads as "nothing charged".
+                // reads as "nothing charged" once the not-found grace has
+                // passed (a payment being opened right now is unknown).
                 channel.open(&attempt, merchant_id).await?;
                 info!(payment_id = %attempt.payment_id, "payment attempt recorded");
                 return Ok(json!({
