@@ -84,8 +84,9 @@ where
 /// `<attr> IN (:from0, :from1, …)` over the source states of a domain
 /// transition, with the values to bind. Write conditions are built from the
 /// state machines this way rather than spelled by hand.
-pub(crate) fn status_in(attr: &str, states: &[&'static str]) -> (String, Vec<(String, Av)>) {
-    let values: Vec<(String, Av)> = states.iter().enumerate().map(|(i, st)| (format!(":from{i}"), s(*st))).collect();
+pub(crate) fn status_in(attr: &str, states: impl IntoIterator<Item = &'static str>) -> (String, Vec<(String, Av)>) {
+    let values: Vec<(String, Av)> =
+        states.into_iter().enumerate().map(|(i, st)| (format!(":from{i}"), s(st))).collect();
     let names: Vec<&str> = values.iter().map(|(k, _)| k.as_str()).collect();
     (format!("{attr} IN ({})", names.join(", ")), values)
 }
@@ -442,7 +443,7 @@ impl OrderStore for DynamoStore {
 
     async fn close_unpaid(&self, order: &Order, now: Timestamp) -> Result<Cas, Unavailable> {
         let (from, to) = order::transition(OrderEvent::CloseUnpaid);
-        let (from_cond, from_values) = status_in("#status", &from.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+        let (from_cond, from_values) = status_in("#status", from.iter().map(|s| s.as_str()));
         let mut req = self
             .order_update(order)
             .update_expression(
@@ -509,7 +510,7 @@ impl OrderStore for DynamoStore {
     async fn close_after_check(&self, order: &Order, now: Timestamp, cause: &str) -> Result<Cas, Unavailable> {
         let owner = order.closing.as_ref().map(|l| l.owner.clone()).unwrap_or_default();
         let (from, to) = order::transition(OrderEvent::ConfirmUnpaid);
-        let (from_cond, from_values) = status_in("#status", &from.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+        let (from_cond, from_values) = status_in("#status", from.iter().map(|s| s.as_str()));
         let mut req = self
             .order_update(order)
             .update_expression(
@@ -558,7 +559,7 @@ impl OrderStore for DynamoStore {
             return Ok(Err(Refused { from: "LOCKED", event: "lock" }));
         };
         let (from, _) = coupon::transition(event);
-        let (from_cond, from_values) = status_in("#status", &from.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+        let (from_cond, from_values) = status_in("#status", from.iter().map(|s| s.as_str()));
         let mut lock = Update::builder()
             .table_name(&self.table)
             .set_key(Some(key(keys::order(order_id), &keys::coupon_lock_sk(coupon_id))))
@@ -667,7 +668,7 @@ impl DynamoStore {
             ReservationEvent::Release => "SET available = available + :q, reserved = reserved - :q",
             ReservationEvent::Confirm => "SET reserved = reserved - :q, sold = if_not_exists(sold, :zero) + :q",
         };
-        let (from_cond, from_values) = status_in("#status", &from.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+        let (from_cond, from_values) = status_in("#status", from.iter().map(|s| s.as_str()));
         let mut reservation = Update::builder()
             .table_name(&self.table)
             .set_key(Some(key(keys::order(order_id), &keys::stock_reservation_sk(&r.sku))))

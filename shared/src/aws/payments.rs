@@ -51,8 +51,8 @@ impl DynamoStore {
         e: &Evidence,
         txn: Option<&str>,
     ) -> TransactWriteItem {
-        let from: Vec<&'static str> = payment::recordable_from(status).into_iter().map(PaymentStatus::as_str).collect();
-        let (from_cond, from_values) = status_in("#status", &from);
+        let (from_cond, from_values) =
+            status_in("#status", payment::recordable_from(status).into_iter().map(PaymentStatus::as_str));
         let mut u = Update::builder()
             .table_name(self.table())
             .set_key(Some(key(keys::order(&p.order_id), &keys::payment_sk(&p.payment_id))))
@@ -173,8 +173,7 @@ impl PaymentStore for DynamoStore {
             PaymentSuccessOutcome::MarkPaid => {
                 let cause = format!("payment {} succeeded ({})", payment.payment_id, evidence.source);
                 let (from, to) = order::transition(OrderEvent::PaymentSucceeded);
-                let (from_cond, from_values) =
-                    status_in("#status", &from.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+                let (from_cond, from_values) = status_in("#status", from.iter().map(|s| s.as_str()));
                 let h = Av::L(vec![Av::M(
                     serde_dynamo::to_item(StatusChange { at: now, from: Some(order.status), to, cause })
                         .expect("serialisable"),

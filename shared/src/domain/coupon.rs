@@ -78,15 +78,7 @@ pub fn apply(from: CouponLockStatus, event: CouponLockEvent) -> Result<Step<Coup
 /// The states `event` moves a coupon lock out of, and the one it moves it
 /// to, read off [`apply`] (the store's write condition).
 pub fn transition(event: CouponLockEvent) -> (Vec<CouponLockStatus>, CouponLockStatus) {
-    let moves: Vec<_> = CouponLockStatus::ALL
-        .into_iter()
-        .filter_map(|s| match apply(s, event) {
-            Ok(Step::Moved(to)) => Some((s, to)),
-            _ => None,
-        })
-        .collect();
-    let to = moves[0].1;
-    (moves.into_iter().map(|m| m.0).collect(), to)
+    super::transition_of(&CouponLockStatus::ALL, event, apply)
 }
 
 /// The event that ends a lock in `to`.

@@ -33,6 +33,27 @@ pub enum Step<S> {
     AlreadyThere,
 }
 
+/// The states `event` moves out of, and the one state it moves them to,
+/// read off a machine's `apply` over all of its states. Shared by the order,
+/// reservation and coupon-lock machines; the store builds its write
+/// conditions from the result.
+pub(crate) fn transition_of<S: Copy + PartialEq, E: Copy>(
+    all: &[S],
+    event: E,
+    apply: fn(S, E) -> Result<Step<S>, Refused>,
+) -> (Vec<S>, S) {
+    let moves: Vec<(S, S)> = all
+        .iter()
+        .filter_map(|&s| match apply(s, event) {
+            Ok(Step::Moved(to)) => Some((s, to)),
+            _ => None,
+        })
+        .collect();
+    let to = moves.first().map(|m| m.1).expect("every event moves some state");
+    debug_assert!(moves.iter().all(|m| m.1 == to), "one target per event");
+    (moves.into_iter().map(|m| m.0).collect(), to)
+}
+
 /// A transition the state machine does not allow. Terminal states refuse
 /// everything that would leave them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -93,16 +93,7 @@ pub fn apply(from: OrderStatus, event: OrderEvent) -> Result<Step<OrderStatus>, 
 /// read off [`apply`]. The store builds its write conditions from this, so
 /// the state machine is the one place that says which transitions exist.
 pub fn transition(event: OrderEvent) -> (Vec<OrderStatus>, OrderStatus) {
-    let moves: Vec<(OrderStatus, OrderStatus)> = OrderStatus::ALL
-        .into_iter()
-        .filter_map(|s| match apply(s, event) {
-            Ok(Step::Moved(to)) => Some((s, to)),
-            _ => None,
-        })
-        .collect();
-    let to = moves.first().map(|m| m.1).expect("every event moves some state");
-    debug_assert!(moves.iter().all(|m| m.1 == to), "one target per event");
-    (moves.into_iter().map(|m| m.0).collect(), to)
+    super::transition_of(&OrderStatus::ALL, event, apply)
 }
 
 /// One line of an order.

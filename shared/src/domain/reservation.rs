@@ -49,15 +49,7 @@ pub fn apply(from: ReservationStatus, event: ReservationEvent) -> Result<Step<Re
 /// The states `event` moves a reservation out of, and the one it moves it
 /// to, read off [`apply`] (the store's write condition).
 pub fn transition(event: ReservationEvent) -> (Vec<ReservationStatus>, ReservationStatus) {
-    let moves: Vec<_> = ReservationStatus::ALL
-        .into_iter()
-        .filter_map(|s| match apply(s, event) {
-            Ok(Step::Moved(to)) => Some((s, to)),
-            _ => None,
-        })
-        .collect();
-    let to = moves[0].1;
-    (moves.into_iter().map(|m| m.0).collect(), to)
+    super::transition_of(&ReservationStatus::ALL, event, apply)
 }
 
 #[cfg(test)]
