@@ -231,7 +231,7 @@ async fn the_due_index_holds_open_orders_only() {
     let store = store().await;
     let clock = FixedClock::at(T0);
     let order = open_order(&store, &clock).await;
-    let shard = keys::due_shard(&order.order_id);
+    let shard = keys::due_shard(&order.order_id, store.shards().count);
     let due_count = || async {
         store
             .client()

@@ -17,8 +17,48 @@ use std::time::Duration;
 
 pub type Item = HashMap<String, Av>;
 
-/// Number of write shards of the due index.
-pub const DUE_SHARDS: u32 = 16;
+/// Default number of write shards of the due index (deployment parameter
+/// `DueIndexShards`, env `DUE_SHARDS`).
+pub const DEFAULT_DUE_SHARDS: u32 = 16;
+
+/// The shard layout of `due-index`. Two kinds of entry share the index:
+/// open orders (`OPEN#<n>`, `due_at` = when a closer must look at them) and
+/// records whose follow-up effects are still pending (`FX#<n>`, `due_at` =
+/// when the backstop re-drives them if they are still there). Writers use
+/// `count`; the sweep queries shards `0..sweep_count`, where
+/// `sweep_count >= count` is the highest count any live record was written
+/// under, so lowering the count never strands an order (see
+/// `infra/data-model.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DueShards {
+    pub count: u32,
+    pub sweep_count: u32,
+}
+
+impl Default for DueShards {
+    fn default() -> Self {
+        Self { count: DEFAULT_DUE_SHARDS, sweep_count: DEFAULT_DUE_SHARDS }
+    }
+}
+
+impl DueShards {
+    /// `DUE_SHARDS` and `DUE_SHARDS_SWEEP` from the environment (both
+    /// default to 16; the sweep count is raised to at least the write count).
+    pub fn from_env() -> Result<Self, String> {
+        let read = |name: &str, default: u32| -> Result<u32, String> {
+            match std::env::var(name) {
+                Err(_) => Ok(default),
+                Ok(v) => match v.trim().parse::<u32>() {
+                    Ok(n) if (1..=1000).contains(&n) => Ok(n),
+                    _ => Err(format!("environment variable {name} must be a whole number from 1 to 1000, got {v:?}")),
+                },
+            }
+        };
+        let count = read("DUE_SHARDS", DEFAULT_DUE_SHARDS)?;
+        let sweep_count = read("DUE_SHARDS_SWEEP", count)?.max(count);
+        Ok(Self { count, sweep_count })
+    }
+}
 
 pub mod keys {
     use crate::domain::*;
@@ -50,16 +90,26 @@ pub mod keys {
         format!("IDEM#{u}#{k}")
     }
     pub const IDEM_SK: &str = "IDEM";
-    /// The due-index partition of an order: FNV-1a of its id, so that the
-    /// same order always lands on the same shard.
-    pub fn due_shard(id: &OrderId) -> String {
+    /// FNV-1a of the order id: the same order always lands on the same
+    /// shard, and a burst of orders with one `expire_at` spreads evenly.
+    pub fn shard_of(id: &OrderId, count: u32) -> u32 {
         let mut h: u32 = 0x811c9dc5;
         for b in id.as_str().bytes() {
             h ^= u32::from(b);
             h = h.wrapping_mul(0x0100_0193);
         }
-        format!("OPEN#{}", h % super::DUE_SHARDS)
+        h % count.max(1)
     }
+    /// The due-index partition of an open order.
+    pub fn due_shard(id: &OrderId, count: u32) -> String {
+        format!("{OPEN_PREFIX}{}", shard_of(id, count))
+    }
+    /// The due-index partition of a record whose effects are pending.
+    pub fn effects_shard(id: &OrderId, count: u32) -> String {
+        format!("{EFFECTS_PREFIX}{}", shard_of(id, count))
+    }
+    pub const OPEN_PREFIX: &str = "OPEN#";
+    pub const EFFECTS_PREFIX: &str = "FX#";
 }
 
 pub fn s(v: impl Into<String>) -> Av {
@@ -141,11 +191,20 @@ fn cancellation(reasons: &[CancellationReason]) -> Cancelled {
 pub struct DynamoStore {
     client: Client,
     table: String,
+    shards: DueShards,
 }
 
 impl DynamoStore {
     pub fn new(client: Client, table: impl Into<String>) -> Self {
-        Self { client, table: table.into() }
+        Self { client, table: table.into(), shards: DueShards::default() }
+    }
+    /// The same store writing and sweeping with another shard layout.
+    pub fn with_shards(mut self, shards: DueShards) -> Self {
+        self.shards = shards;
+        self
+    }
+    pub fn shards(&self) -> DueShards {
+        self.shards
     }
     pub fn client(&self) -> &Client {
         &self.client
@@ -190,12 +249,12 @@ impl DynamoStore {
         unreachable!("the loop returns")
     }
 
-    fn order_item(order: &Order) -> Item {
+    fn order_item(&self, order: &Order) -> Item {
         let mut item = to_item(order);
         item.extend(key(keys::order(&order.order_id), keys::ORDER_SK));
         item.insert("entity".into(), s("ORDER"));
         if !order.status.is_final() {
-            item.insert("due_shard".into(), s(keys::due_shard(&order.order_id)));
+            item.insert("due_shard".into(), s(keys::due_shard(&order.order_id, self.shards.count)));
             item.insert("due_at".into(), s(order.expire_at.to_string()));
         }
         item
@@ -305,7 +364,7 @@ impl OrderStore for DynamoStore {
                 )
                 .build(),
         );
-        let mut order_item = Self::order_item(order);
+        let mut order_item = self.order_item(order);
         order_item.insert(
             "history".into(),
             Av::L(vec![Av::M(to_item(&StatusChange {
