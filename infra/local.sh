@@ -28,6 +28,10 @@ Environment (defaults in brackets)
   STREAM_MAX_RECORD_AGE_SECONDS [60] stream mappings' MaximumRecordAgeInSeconds
   CHANNEL_NOT_FOUND_GRACE_SECONDS [30] age after which a payment the channel does not
                                      know counts as never charged
+  FAULT_INJECTION [on]               fault drills for orders whose user id names one
+                                     (the stack is deployed with Stage=dev)
+  CLOSING_LEASE_SECONDS [35]         SWEEP_GRACE_SECONDS [5]
+  EFFECTS_REDRIVE_AFTER_SECONDS [20] when the sweep re-drives a pending release/settle
   SKIP_TOOLS=1 / SKIP_BUILD=1        skip those steps (used by infra/test.sh)
   LOCAL_EMULATOR [ministack]         'external' = do not start ministack; deploy to the
                                      emulator at $AWS_ENDPOINT_URL (e.g. LocalStack)
@@ -56,6 +60,13 @@ WEBHOOK_SECRET="${WEBHOOK_SECRET:-local-webhook-secret}"
 WEBHOOK_SECRET_PARAMETER="${WEBHOOK_SECRET_PARAMETER:-/order-expiry/webhook-secret}"
 MERCHANT_ID="${MERCHANT_ID:-merchant-local}"
 LOG_LEVEL="${LOG_LEVEL:-info}"
+# The local stack is a dev stage: fault drills on (only orders whose user id
+# names a fault are affected), short lease and sweep grace so that the
+# backstop's tests finish in minutes.
+FAULT_INJECTION="${FAULT_INJECTION:-on}"
+CLOSING_LEASE_SECONDS="${CLOSING_LEASE_SECONDS:-35}"
+SWEEP_GRACE_SECONDS="${SWEEP_GRACE_SECONDS:-5}"
+EFFECTS_REDRIVE_AFTER_SECONDS="${EFFECTS_REDRIVE_AFTER_SECONDS:-20}"
 # ministack retries a failing stream batch (function error) every ~1 s until the
 # record is this old, then sends it to StreamFailureQueue; it ignores
 # MaximumRetryAttempts and BisectBatchOnFunctionError for streams.
@@ -175,6 +186,11 @@ run_deploy() { # args: LocalApiId ApiBaseUrlOverride
     --param "LogLevel=$LOG_LEVEL" \
     --param "StreamMaxRecordAgeSeconds=$STREAM_MAX_RECORD_AGE_SECONDS" \
     --param "LocalApiId=$1" \
+    --param Stage=dev \
+    --param "FaultInjection=$FAULT_INJECTION" \
+    --param "ClosingLeaseSeconds=$CLOSING_LEASE_SECONDS" \
+    --param "SweepGraceSeconds=$SWEEP_GRACE_SECONDS" \
+    --param "EffectsRedriveAfterSeconds=$EFFECTS_REDRIVE_AFTER_SECONDS" \
     --param "ApiBaseUrlOverride=$2" \
     --outputs-env "$STATE/outputs.env"
 }
@@ -204,6 +220,9 @@ deploy() {
     echo "AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID"
     echo "AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY"
     echo "PAYMENT_WINDOW_SECONDS=$PAYMENT_WINDOW_SECONDS"
+    echo "CLOSING_LEASE_SECONDS=$CLOSING_LEASE_SECONDS"
+    echo "SWEEP_GRACE_SECONDS=$SWEEP_GRACE_SECONDS"
+    echo "EFFECTS_REDRIVE_AFTER_SECONDS=$EFFECTS_REDRIVE_AFTER_SECONDS"
     echo "MERCHANT_ID=$MERCHANT_ID"
     echo "WEBHOOK_SECRET_PARAMETER=$WEBHOOK_SECRET_PARAMETER"
     echo "WEBHOOK_SECRET=$WEBHOOK_SECRET"

@@ -19,6 +19,7 @@
 pub mod aws;
 pub mod domain;
 pub mod error;
+pub mod faults;
 pub mod handlers;
 pub mod http;
 pub mod metrics;

@@ -10,6 +10,12 @@ pub const NAMESPACE: &str = "OrderExpiry";
 /// that one alarm covers every function that emits it; the function name
 /// rides along as a property for searching the logs.
 pub fn count(name: &str, value: u64) {
+    emit(name, value as f64, "Count");
+}
+
+/// Emits a measurement in `unit` (a CloudWatch unit name: `Seconds`,
+/// `Milliseconds`, `Count`), e.g. an age or a duration.
+pub fn emit(name: &str, value: f64, unit: &str) {
     let function = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "local".into());
     let ts =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
@@ -19,7 +25,7 @@ pub fn count(name: &str, value: u64) {
             "CloudWatchMetrics": [{
                 "Namespace": NAMESPACE,
                 "Dimensions": [[]],
-                "Metrics": [{"Name": name, "Unit": "Count"}]
+                "Metrics": [{"Name": name, "Unit": unit}]
             }]
         },
         "function": function,

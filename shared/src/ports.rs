@@ -132,3 +132,19 @@ pub trait PaymentChannel: Send + Sync {
         idempotency_key: &str,
     ) -> Result<RefundResult, Unavailable>;
 }
+
+/// What the sweep does with the due records it finds. Each action goes
+/// through the same idempotent use case as the normal path: the sweep only
+/// reminds, it never decides.
+#[async_trait]
+pub trait Redrive: Send + Sync {
+    /// Close reminders for due open orders, `{"order_id", "trigger": "sweep"}`
+    /// on CloseQueue (sent in batches).
+    async fn close(&self, order_ids: &[OrderId]) -> Result<(), Unavailable>;
+    /// Runs release (CLOSED) or settle (PAID) again for a final order whose
+    /// effects are still pending.
+    async fn effects(&self, order_id: &OrderId) -> Result<(), Unavailable>;
+    /// Hands a refund still REFUND_PENDING past its budget to the refund
+    /// worker again.
+    async fn refund(&self, order_id: &OrderId, payment_id: &PaymentId) -> Result<(), Unavailable>;
+}

@@ -158,10 +158,29 @@ pub trait OrderStore: Send + Sync {
     /// PENDING_PAYMENT (due) or CLOSING (lease expired) → CLOSING with `lease`.
     async fn begin_closing(&self, order: &Order, lease: &ClosingLease, now: Timestamp) -> Result<Cas, Unavailable>;
 
-    /// A closer that cannot decide yet (payment state unknown) gives its
-    /// lease up, so that the next reminder can resume at once. Conditional
-    /// on the version and owner it holds; the status does not change.
-    async fn release_lease(&self, order: &Order, now: Timestamp) -> Result<Cas, Unavailable>;
+    /// A closer that cannot decide yet (payment state unknown) keeps the
+    /// order CLOSING and moves its lease (and its due time in the index) to
+    /// `until`, when its own reminder resumes it. Until then every other
+    /// reminder finds the lease held and ends, so one order has one live
+    /// reminder chain. Conditional on the version and owner it holds.
+    async fn hold_closing(&self, order: &Order, until: Timestamp) -> Result<Cas, Unavailable>;
+
+    /// A read found `order` open past `expire_at`: notes that it asks for a
+    /// close reminder, at most once per `every`. Applied means "send one".
+    /// Touches neither status nor version (the read path decides nothing).
+    async fn note_lazy_reminder(
+        &self,
+        order: &Order,
+        now: Timestamp,
+        every: std::time::Duration,
+    ) -> Result<Cas, Unavailable>;
+
+    /// Appends an operator check to the order's audit list.
+    async fn record_check(&self, order_id: &OrderId, check: &OperatorCheck) -> Result<Cas, Unavailable>;
+
+    /// The order's effects (stock, coupon) are all settled: its entry leaves
+    /// the effects part of the due index. Conditional on the final `status`.
+    async fn effects_done(&self, order_id: &OrderId, status: OrderStatus) -> Result<Cas, Unavailable>;
 
     /// CLOSING → CLOSED, conditional on the version and lease owner the
     /// closer holds.
@@ -284,4 +303,66 @@ pub trait PaymentStore: Send + Sync {
 
     /// Every order in the table, page by page (reconciliation).
     async fn scan_order_records(&self) -> Result<Vec<OrderRecord>, Unavailable>;
+}
+
+/// What a due-index entry points at (the index is KEYS_ONLY: its key says
+/// which record it is, nothing else).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DueItem {
+    /// An open order (PENDING_PAYMENT past `expire_at`, or CLOSING past its
+    /// lease): the close use case must look at it.
+    Open(OrderId),
+    /// A final order whose stock or coupon is not settled yet.
+    OrderEffects(OrderId),
+    /// A refund still REFUND_PENDING.
+    Refund(OrderId, PaymentId),
+    /// A key this code does not know: reported, never acted on.
+    Unrecognised { pk: String, sk: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueEntry {
+    pub item: DueItem,
+    pub due_at: Timestamp,
+}
+
+/// Where a paginated read of one shard stopped (DynamoDB's
+/// `LastEvaluatedKey`, all string attributes).
+pub type DueCursor = std::collections::BTreeMap<String, String>;
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DuePage {
+    pub entries: Vec<DueEntry>,
+    /// Set when the shard has more entries at or before the cutoff.
+    pub next: Option<DueCursor>,
+    /// Read capacity the query consumed, as DynamoDB reports it.
+    pub consumed_capacity: f64,
+}
+
+/// The sweep's own progress: per shard, the key the last unfinished run
+/// stopped at. Versioned, so two overlapping runs cannot interleave writes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepCursors {
+    pub version: u64,
+    pub shards: std::collections::BTreeMap<String, DueCursor>,
+}
+
+/// The due index: open orders and pending effects, by shard and due time.
+#[async_trait]
+pub trait DueIndex: Send + Sync {
+    /// The shard names the sweep must cover (open and effects, every shard
+    /// any live entry may have been written under).
+    fn shards(&self) -> Vec<String>;
+    /// Entries of `shard` with `due_at <= cutoff`, oldest first, at most
+    /// `limit`, continuing after `start`.
+    async fn due_page(
+        &self,
+        shard: &str,
+        cutoff: Timestamp,
+        limit: u32,
+        start: Option<DueCursor>,
+    ) -> Result<DuePage, Unavailable>;
+    async fn sweep_cursors(&self) -> Result<SweepCursors, Unavailable>;
+    /// Stores `cursors` if the stored version is still `cursors.version`.
+    async fn save_sweep_cursors(&self, cursors: &SweepCursors) -> Result<Cas, Unavailable>;
 }

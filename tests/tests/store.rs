@@ -126,6 +126,7 @@ async fn out_of_stock_on_any_line_writes_nothing_and_names_the_sku() {
             closing: None,
             paid_by: None,
             history: vec![],
+            checks: vec![],
         };
         let claim = IdempotencyClaim {
             user_id: req.user_id,

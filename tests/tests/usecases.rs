@@ -40,6 +40,7 @@ impl World {
             clock: Box::new(self.clock.clone()),
             lease: Duration::from_secs(30),
             not_found_grace: Duration::from_secs(10),
+            budget: order_core::usecases::close_order::DEFAULT_CLOSE_BUDGET,
         }
     }
 
@@ -225,10 +226,7 @@ async fn a_lease_that_expires_mid_close_is_resumed_from_closing() {
     w.channel.answer(&a.payment_id, Some(ChannelPayment::NotFound));
     w.clock.set(due.unix_millis() + 10_000);
     let held = w.closer().close(&o.order_id, "next").await.unwrap();
-    assert_eq!(
-        held,
-        CloseOutcome::RemindedLater { after: Duration::from_secs(20), why: "another closer holds the lease" }
-    );
+    assert_eq!(held, CloseOutcome::LeftToLeaseHolder, "a live lease is left to its holder");
     w.clock.set(due.unix_millis() + 30_000);
     assert_eq!(w.closer().close(&o.order_id, "next").await.unwrap(), CloseOutcome::Closed);
     let rec = w.store.order_record(&o.order_id).await.unwrap().unwrap();
@@ -477,6 +475,7 @@ async fn a_success_confirmed_while_another_payment_wins_is_refunded_not_dropped(
         clock: Box::new(w.clock.clone()),
         lease: Duration::from_secs(30),
         not_found_grace: Duration::from_secs(10),
+        budget: order_core::usecases::close_order::DEFAULT_CLOSE_BUDGET,
     };
     assert_eq!(closer.close(&o.order_id, "t").await.unwrap(), CloseOutcome::AlreadyFinal(OrderStatus::Paid));
     let rec = w.store.order_record(&o.order_id).await.unwrap().unwrap();

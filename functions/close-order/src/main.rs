@@ -5,7 +5,7 @@ use order_core::aws::queue::SqsCloseReminders;
 use order_core::aws::{dynamo::DynamoStore, env, sandbox::ConfiguredChannel, sdk_config, seconds_env};
 use order_core::handlers::{batch::each_sqs_message, close::close_message};
 use order_core::ports::SystemClock;
-use order_core::usecases::close_order::CloseOrder;
+use order_core::usecases::close_order::{CloseOrder, DEFAULT_CLOSE_BUDGET};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -13,12 +13,13 @@ async fn main() -> Result<(), Error> {
     let config = sdk_config().await;
     let dynamo = aws_sdk_dynamodb::Client::new(&config);
     let uc = CloseOrder {
-        store: DynamoStore::new(dynamo.clone(), env("TABLE_NAME")?),
+        store: DynamoStore::from_env(dynamo.clone())?,
         channel: ConfiguredChannel::from_env(dynamo),
         reminders: SqsCloseReminders::new(aws_sdk_sqs::Client::new(&config), env("CLOSE_QUEUE_URL")?),
         clock: Box::new(SystemClock),
         lease: seconds_env("CLOSING_LEASE_SECONDS")?,
         not_found_grace: seconds_env("CHANNEL_NOT_FOUND_GRACE_SECONDS")?,
+        budget: DEFAULT_CLOSE_BUDGET,
     };
     let uc = &uc;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {

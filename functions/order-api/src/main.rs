@@ -1,8 +1,10 @@
 //! GET /orders/{id}, POST /orders/{id}/payments and the /admin routes.
 use lambda_http::{service_fn, Error};
-use order_core::aws::{dynamo::DynamoStore, env, sandbox::ConfiguredChannel, sdk_config};
+use order_core::aws::queue::SqsCloseReminders;
+use order_core::aws::{dynamo::DynamoStore, env, sandbox::ConfiguredChannel, sdk_config, seconds_env};
 use order_core::handlers::http::{order_api, OrderApi};
 use order_core::ports::{RandomIds, SystemClock};
+use order_core::usecases::close_order::CloseOrder;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -10,11 +12,22 @@ async fn main() -> Result<(), Error> {
     let config = sdk_config().await;
     let dynamo = aws_sdk_dynamodb::Client::new(&config);
     let app = OrderApi {
-        store: DynamoStore::new(dynamo.clone(), env("TABLE_NAME")?),
-        channel: ConfiguredChannel::from_env(dynamo),
+        store: DynamoStore::from_env(dynamo.clone())?,
+        channel: ConfiguredChannel::from_env(dynamo.clone()),
         clock: Box::new(SystemClock),
         ids: Box::new(RandomIds),
         merchant_id: env("MERCHANT_ID")?,
+        closer: CloseOrder {
+            store: DynamoStore::from_env(dynamo.clone())?,
+            channel: ConfiguredChannel::from_env(dynamo.clone()),
+            reminders: SqsCloseReminders::new(aws_sdk_sqs::Client::new(&config), env("CLOSE_QUEUE_URL")?),
+            clock: Box::new(SystemClock),
+            lease: seconds_env("CLOSING_LEASE_SECONDS")?,
+            not_found_grace: seconds_env("CHANNEL_NOT_FOUND_GRACE_SECONDS")?,
+            // An API call waits for the answer: a shorter budget than the
+            // queue's closer; what is not asked in time is held and retried.
+            budget: std::time::Duration::from_secs(5),
+        },
     };
     let app = &app;
     lambda_http::run(service_fn(move |req| async move { Ok::<_, Error>(order_api(app, req).await) })).await

@@ -9,7 +9,7 @@ async fn main() -> Result<(), Error> {
     order_core::init_tracing();
     let config = sdk_config().await;
     let app = Webhook {
-        store: DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), env("TABLE_NAME")?),
+        store: DynamoStore::from_env(aws_sdk_dynamodb::Client::new(&config))?,
         clock: Box::new(SystemClock),
         secret: webhook_secret(&config).await?,
         merchant_id: env("MERCHANT_ID")?,

@@ -1,7 +1,7 @@
 //! Reconciliation, daily and on demand: returns the JSON report and emits
 //! one metric per discrepancy kind.
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use order_core::aws::{dynamo::DynamoStore, env, sandbox::ConfiguredChannel, sdk_config};
+use order_core::aws::{dynamo::DynamoStore, sandbox::ConfiguredChannel, sdk_config};
 use order_core::handlers::reconcile::run_reconcile;
 use serde_json::Value;
 
@@ -10,7 +10,7 @@ async fn main() -> Result<(), Error> {
     order_core::init_tracing();
     let config = sdk_config().await;
     let dynamo = aws_sdk_dynamodb::Client::new(&config);
-    let store = DynamoStore::new(dynamo.clone(), env("TABLE_NAME")?);
+    let store = DynamoStore::from_env(dynamo.clone())?;
     let channel = ConfiguredChannel::from_env(dynamo);
     let (store, ledger) = (&store, channel.sandbox());
     lambda_runtime::run(service_fn(move |_: LambdaEvent<Value>| async move { run_reconcile(store, ledger).await }))

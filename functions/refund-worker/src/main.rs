@@ -12,7 +12,7 @@ async fn main() -> Result<(), Error> {
     let config = sdk_config().await;
     let dynamo = aws_sdk_dynamodb::Client::new(&config);
     let worker = RefundWorker {
-        store: DynamoStore::new(dynamo.clone(), env("TABLE_NAME")?),
+        store: DynamoStore::from_env(dynamo.clone())?,
         channel: ConfiguredChannel::from_env(dynamo),
         sqs: aws_sdk_sqs::Client::new(&config),
         queue_url: env("REFUND_QUEUE_URL")?,

@@ -1,7 +1,7 @@
 //! Table stream (order → CLOSED) → release reservations and the coupon lock.
 use aws_lambda_events::event::dynamodb::Event;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use order_core::aws::{dynamo::DynamoStore, env, sdk_config};
+use order_core::aws::{dynamo::DynamoStore, sdk_config};
 use order_core::handlers::{batch::each_stream_record, streams::order_of};
 use order_core::ports::SystemClock;
 use order_core::usecases::release_order::release_order;
@@ -10,7 +10,7 @@ use order_core::usecases::release_order::release_order;
 async fn main() -> Result<(), Error> {
     order_core::init_tracing();
     let config = sdk_config().await;
-    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), env("TABLE_NAME")?);
+    let store = DynamoStore::from_env(aws_sdk_dynamodb::Client::new(&config))?;
     let store = &store;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Event>| async move {
         Ok::<_, Error>(

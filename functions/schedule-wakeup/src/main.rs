@@ -15,7 +15,8 @@ async fn main() -> Result<(), Error> {
         env("SCHEDULE_GROUP")?,
         env("CLOSE_QUEUE_ARN")?,
         env("SCHEDULER_ROLE_ARN")?,
-    );
+    )
+    .with_dead_letter(std::env::var("WAKEUP_DLQ_ARN").ok());
     let reminders = SqsCloseReminders::new(aws_sdk_sqs::Client::new(&config), env("CLOSE_QUEUE_URL")?);
     let (wakeups, reminders) = (&wakeups, &reminders);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Event>| async move {

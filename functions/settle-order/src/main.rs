@@ -13,7 +13,7 @@ use order_core::usecases::release_order::settle_order;
 async fn main() -> Result<(), Error> {
     order_core::init_tracing();
     let config = sdk_config().await;
-    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), env("TABLE_NAME")?);
+    let store = DynamoStore::from_env(aws_sdk_dynamodb::Client::new(&config))?;
     // Only deletes schedules: the target and role are never used here.
     let wakeups = EventBridgeWakeUps::new(
         aws_sdk_scheduler::Client::new(&config),

@@ -192,11 +192,40 @@ pub struct DynamoStore {
     client: Client,
     table: String,
     shards: DueShards,
+    effects_grace: Duration,
 }
+
+/// How long after an order becomes final its effects may take through the
+/// stream before the sweep re-drives them (env `EFFECTS_REDRIVE_AFTER_SECONDS`).
+pub const DEFAULT_EFFECTS_GRACE: Duration = Duration::from_secs(120);
 
 impl DynamoStore {
     pub fn new(client: Client, table: impl Into<String>) -> Self {
-        Self { client, table: table.into(), shards: DueShards::default() }
+        Self { client, table: table.into(), shards: DueShards::default(), effects_grace: DEFAULT_EFFECTS_GRACE }
+    }
+    /// The store configured from the environment: `TABLE_NAME`, the shard
+    /// layout and the effects grace.
+    pub fn from_env(client: Client) -> Result<Self, lambda_runtime::Error> {
+        let grace = match std::env::var("EFFECTS_REDRIVE_AFTER_SECONDS") {
+            Ok(_) => crate::aws::seconds_env("EFFECTS_REDRIVE_AFTER_SECONDS")?,
+            Err(_) => DEFAULT_EFFECTS_GRACE,
+        };
+        Ok(Self::new(client, crate::aws::env("TABLE_NAME")?)
+            .with_shards(DueShards::from_env()?)
+            .with_effects_grace(grace))
+    }
+    pub fn with_effects_grace(mut self, grace: Duration) -> Self {
+        self.effects_grace = grace;
+        self
+    }
+    /// The values of `SET due_shard = :fx_shard, due_at = :fx_due`: the
+    /// order's entry in the effects part of the due index, written in the
+    /// same write that makes it final.
+    pub(crate) fn effects_entry(&self, order_id: &OrderId, now: Timestamp) -> [(&'static str, Av); 2] {
+        [
+            (":fx_shard", s(keys::effects_shard(order_id, self.shards.count))),
+            (":fx_due", s(now.plus(self.effects_grace).to_string())),
+        ]
     }
     /// The same store writing and sweeping with another shard layout.
     pub fn with_shards(mut self, shards: DueShards) -> Self {
@@ -507,7 +536,7 @@ impl OrderStore for DynamoStore {
             .order_update(order)
             .update_expression(
                 "SET #status = :to, version = version + :one, closed_at = :now, \
-                 history = list_append(history, :h) REMOVE due_shard, due_at",
+                 history = list_append(history, :h), due_shard = :fx_shard, due_at = :fx_due",
             )
             .condition_expression(format!(
                 "{from_cond} AND version = :v AND payment_attempts = :zero AND expire_at <= :now"
@@ -519,7 +548,9 @@ impl OrderStore for DynamoStore {
                 ":h",
                 history_entry(now, order.status, to, "expired unpaid, no payment attempt"),
             );
-        for (k, v) in from_values {
+        for (k, v) in
+            from_values.into_iter().chain(self.effects_entry(&order.order_id, now).map(|(k, v)| (k.to_owned(), v)))
+        {
             req = req.expression_attribute_values(k, v);
         }
         self.cas(req, "close unpaid order").await
@@ -529,10 +560,11 @@ impl OrderStore for DynamoStore {
         // Only the move out of PENDING_PAYMENT is a status change for the
         // history; a takeover of an expired lease is counted on the lease.
         let (set, cause) = if order.status == OrderStatus::Closing {
-            ("SET version = version + :one, closing = :lease", None)
+            ("SET version = version + :one, closing = :lease, due_at = :until", None)
         } else {
             (
-                "SET #status = :closing, version = version + :one, closing = :lease, history = list_append(history, :h)",
+                "SET #status = :closing, version = version + :one, closing = :lease, due_at = :until, \
+                 history = list_append(history, :h)",
                 Some(format!("close started by {}", lease.owner)),
             )
         };
@@ -546,6 +578,9 @@ impl OrderStore for DynamoStore {
             .expression_attribute_values(":closing", s("CLOSING"))
             .expression_attribute_values(":pending", s("PENDING_PAYMENT"))
             .expression_attribute_values(":lease", Av::M(to_item(lease)))
+            // While CLOSING, the order is due (for the sweep) when its lease
+            // runs out: that is when a dead closer must be taken over.
+            .expression_attribute_values(":until", s(lease.lease_until.to_string()))
             .expression_attribute_values(":now", s(now.to_string()));
         if let Some(cause) = cause {
             req = req.expression_attribute_values(":h", history_entry(now, order.status, OrderStatus::Closing, &cause));
@@ -553,17 +588,62 @@ impl OrderStore for DynamoStore {
         self.cas(req, "begin closing").await
     }
 
-    async fn release_lease(&self, order: &Order, now: Timestamp) -> Result<Cas, Unavailable> {
+    async fn hold_closing(&self, order: &Order, until: Timestamp) -> Result<Cas, Unavailable> {
         let owner = order.closing.as_ref().map(|l| l.owner.clone()).unwrap_or_default();
         let req = self
             .order_update(order)
-            .update_expression("SET closing.lease_until = :now, version = version + :one")
+            .update_expression("SET closing.lease_until = :until, due_at = :until, version = version + :one")
             .condition_expression("#status = :closing AND version = :v AND closing.#owner = :owner")
             .expression_attribute_names("#owner", "owner")
             .expression_attribute_values(":closing", s("CLOSING"))
             .expression_attribute_values(":owner", s(owner))
-            .expression_attribute_values(":now", s(now.to_string()));
-        self.cas(req, "release closing lease").await
+            .expression_attribute_values(":until", s(until.to_string()));
+        self.cas(req, "hold closing").await
+    }
+
+    async fn note_lazy_reminder(&self, order: &Order, now: Timestamp, every: Duration) -> Result<Cas, Unavailable> {
+        let req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(keys::order(&order.order_id), keys::ORDER_SK)))
+            .update_expression("SET lazy_reminder_at = :now")
+            .condition_expression(
+                "#status = :pending AND expire_at <= :now AND \
+                 (attribute_not_exists(lazy_reminder_at) OR lazy_reminder_at <= :before)",
+            )
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":pending", s(OrderStatus::PendingPayment.as_str()))
+            .expression_attribute_values(":now", s(now.to_string()))
+            .expression_attribute_values(":before", s(now.minus(every).to_string()));
+        self.cas(req, "note lazy reminder").await
+    }
+
+    async fn record_check(&self, order_id: &OrderId, check: &OperatorCheck) -> Result<Cas, Unavailable> {
+        let req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(keys::order(order_id), keys::ORDER_SK)))
+            .update_expression("SET checks = list_append(if_not_exists(checks, :empty), :c)")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":empty", Av::L(vec![]))
+            .expression_attribute_values(":c", Av::L(vec![Av::M(to_item(check))]));
+        self.cas(req, "record operator check").await
+    }
+
+    async fn effects_done(&self, order_id: &OrderId, status: OrderStatus) -> Result<Cas, Unavailable> {
+        let req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(keys::order(order_id), keys::ORDER_SK)))
+            .update_expression("REMOVE due_shard, due_at")
+            .condition_expression("#status = :final AND begins_with(due_shard, :fx)")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":final", s(status.as_str()))
+            .expression_attribute_values(":fx", s(keys::EFFECTS_PREFIX));
+        self.cas(req, "mark effects done").await
     }
 
     async fn close_after_check(&self, order: &Order, now: Timestamp, cause: &str) -> Result<Cas, Unavailable> {
@@ -574,7 +654,7 @@ impl OrderStore for DynamoStore {
             .order_update(order)
             .update_expression(
                 "SET #status = :to, version = version + :one, closed_at = :now, \
-                 history = list_append(history, :h) REMOVE due_shard, due_at",
+                 history = list_append(history, :h), due_shard = :fx_shard, due_at = :fx_due",
             )
             .condition_expression(format!("{from_cond} AND version = :v AND closing.#owner = :owner"))
             .expression_attribute_names("#owner", "owner")
@@ -582,7 +662,9 @@ impl OrderStore for DynamoStore {
             .expression_attribute_values(":owner", s(owner))
             .expression_attribute_values(":now", s(now.to_string()))
             .expression_attribute_values(":h", history_entry(now, order.status, to, cause));
-        for (k, v) in from_values {
+        for (k, v) in
+            from_values.into_iter().chain(self.effects_entry(&order.order_id, now).map(|(k, v)| (k.to_owned(), v)))
+        {
             req = req.expression_attribute_values(k, v);
         }
         self.cas(req, "close after payment check").await

@@ -1,8 +1,10 @@
 //! AWS adapters: the only code that touches the SDK.
 
+pub mod due_index;
 pub mod dynamo;
 pub mod payments;
 pub mod queue;
+pub mod redrive;
 pub mod sandbox;
 pub mod scheduler;
 

@@ -183,7 +183,7 @@ impl PaymentStore for DynamoStore {
                     .set_key(Some(order_key))
                     .update_expression(
                         "SET #status = :paid, paid_by = :p, paid_at = :now, version = version + :one, \
-                         history = list_append(history, :h) REMOVE due_shard, due_at",
+                         history = list_append(history, :h), due_shard = :fx_shard, due_at = :fx_due",
                     )
                     .condition_expression(format!("{from_cond} AND version = :v"))
                     .expression_attribute_names("#status", "status")
@@ -194,6 +194,11 @@ impl PaymentStore for DynamoStore {
                     .expression_attribute_values(":h", h)
                     .expression_attribute_values(":v", n(order.version));
                 for (k, v) in from_values {
+                    u = u.expression_attribute_values(k, v);
+                }
+                // PAID moves the order from the open part of the due index
+                // to the effects part, until settle has confirmed its stock.
+                for (k, v) in self.effects_entry(&order.order_id, now) {
                     u = u.expression_attribute_values(k, v);
                 }
                 items.push(TransactWriteItem::builder().update(u.build().expect("complete update")).build());

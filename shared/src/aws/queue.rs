@@ -15,6 +15,11 @@ pub const MAX_SQS_DELAY: Duration = Duration::from_secs(900);
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CloseMessage {
     pub order_id: OrderId,
+    /// Who sent it: `schedule`, `reminder` (put back by a close run),
+    /// `sweep`, `lazy` (a read found the order overdue), `operator`. For the
+    /// logs only: the close use case decides from the order, never from this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<String>,
 }
 
 pub struct SqsCloseReminders {
@@ -25,6 +30,43 @@ pub struct SqsCloseReminders {
 impl SqsCloseReminders {
     pub fn new(client: Client, queue_url: String) -> Self {
         Self { client, queue_url }
+    }
+
+    /// Sends one immediate reminder per order, ten to a `SendMessageBatch`.
+    /// Entries SQS reports as failed are an error, so the caller knows
+    /// (the sweep finds those orders again next run).
+    pub async fn remind_now(&self, order_ids: &[OrderId], trigger: &str) -> Result<(), Unavailable> {
+        for chunk in order_ids.chunks(10) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, id)| {
+                    let body = serde_json::to_string(&CloseMessage {
+                        order_id: id.clone(),
+                        trigger: Some(trigger.to_owned()),
+                    })
+                    .expect("serialisable");
+                    aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .message_body(body)
+                        .build()
+                        .expect("complete entry")
+                })
+                .collect();
+            let out = self
+                .client
+                .send_message_batch()
+                .queue_url(&self.queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|e| Unavailable::new("send close reminders", e))?;
+            if !out.failed().is_empty() {
+                let why: Vec<_> = out.failed().iter().map(|f| f.code().to_owned()).collect();
+                return Err(Unavailable::new("send close reminders", format!("entries failed: {why:?}")));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -38,7 +80,9 @@ pub fn delay_seconds(after: Duration) -> i32 {
 #[async_trait]
 impl CloseReminders for SqsCloseReminders {
     async fn remind_later(&self, order_id: &OrderId, after: Duration) -> Result<(), Unavailable> {
-        let body = serde_json::to_string(&CloseMessage { order_id: order_id.clone() }).expect("serialisable");
+        let body =
+            serde_json::to_string(&CloseMessage { order_id: order_id.clone(), trigger: Some("reminder".into()) })
+                .expect("serialisable");
         self.client
             .send_message()
             .queue_url(&self.queue_url)

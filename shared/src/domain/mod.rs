@@ -16,8 +16,8 @@ pub use coupon::{CouponLockEvent, CouponLockStatus, CouponState};
 pub use ids::{ChannelName, CouponId, IdempotencyKey, OrderId, PaymentId, Sku, UserId};
 pub use money::Currency;
 pub use order::{
-    decide_close, CloseDecision, ClosingLease, Order, OrderEvent, OrderLine, OrderStatus, PaymentSuccessOutcome,
-    StatusChange,
+    decide_close, CloseDecision, ClosingLease, OperatorCheck, Order, OrderEvent, OrderLine, OrderStatus,
+    PaymentSuccessOutcome, StatusChange,
 };
 pub use payment::{PaymentStatus, RefundStatus};
 pub use reservation::{ReservationEvent, ReservationStatus};

@@ -155,6 +155,24 @@ pub struct Order {
     pub paid_by: Option<super::PaymentId>,
     #[serde(default)]
     pub history: Vec<StatusChange>,
+    /// Operator force-checks, each with who asked and what it found. Not
+    /// status changes: a check only runs the close use case.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<OperatorCheck>,
+}
+
+/// One audited `POST /admin/orders/{id}/check`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorCheck {
+    pub at: Timestamp,
+    /// The caller's IAM identity, from the request context.
+    pub by: String,
+    /// The status the check found.
+    pub found: OrderStatus,
+    /// What the close use case did.
+    pub outcome: String,
+    /// The status after the check.
+    pub status: OrderStatus,
 }
 
 /// What a wake-up (scheduled, swept, or retried) should do with an order.
@@ -286,6 +304,7 @@ mod tests {
             closing: None,
             paid_by: None,
             history: vec![],
+            checks: vec![],
         }
     }
 

@@ -24,3 +24,18 @@ pub fn header<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
 pub fn body_bytes(req: &Request) -> &[u8] {
     req.body().as_ref()
 }
+
+/// Who called an AWS_IAM route: the caller's IAM ARN from the request
+/// context (API Gateway fills it in after verifying the signature), else
+/// the access key or account, else a marker that says none was given.
+pub fn caller_identity(req: &Request) -> String {
+    if let Some(RequestContext::ApiGatewayV2(ctx)) = req.request_context_ref() {
+        if let Some(iam) = ctx.authorizer.as_ref().and_then(|a| a.iam.as_ref()) {
+            let candidates = [&iam.user_arn, &iam.caller_id, &iam.access_key, &iam.account_id];
+            if let Some(who) = candidates.into_iter().flatten().find(|s| !s.is_empty()) {
+                return who.clone();
+            }
+        }
+    }
+    "unknown (no IAM identity in the request context)".to_owned()
+}

@@ -5,7 +5,7 @@ use crate::metrics;
 use crate::ports::{CloseReminders, PaymentChannel};
 use crate::store::{OrderStore, PaymentStore};
 use crate::usecases::close_order::CloseOrder;
-use tracing::error;
+use tracing::{error, Instrument};
 
 /// One close reminder. A body that is not a close message can never
 /// succeed: it is logged, counted and acknowledged rather than retried into
@@ -25,5 +25,9 @@ where
             return Ok(());
         }
     };
-    uc.close(&msg.order_id, owner).await.map(|_| ()).map_err(|e| e.to_string())
+    let trigger = msg.trigger.as_deref().unwrap_or("unknown");
+    let span = tracing::info_span!("close_message", trigger);
+    let outcome = uc.close(&msg.order_id, owner).instrument(span).await.map_err(|e| e.to_string())?;
+    tracing::info!(order_id = %msg.order_id, trigger, outcome = ?outcome, "close reminder handled");
+    Ok(())
 }

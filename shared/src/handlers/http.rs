@@ -1,14 +1,18 @@
 //! HTTP handlers: route, call one use case, respond through [`crate::http`].
 
-use super::api::{body_bytes, header, path_param, route_key};
+use super::api::{body_bytes, caller_identity, header, path_param, route_key};
 use crate::aws::dynamo::DynamoStore;
+use crate::aws::queue::SqsCloseReminders;
 use crate::aws::sandbox::ConfiguredChannel;
 use crate::error::ApiError;
 use crate::http::{error_response, json_response, respond};
 use crate::metrics;
 use crate::ports::{Clock, IdGen};
 use crate::signature;
+use crate::usecases::close_order::CloseOrder;
 use crate::usecases::create_order::CreateOrder;
+use crate::usecases::force_check::force_check;
+use crate::usecases::order_reads::get_order;
 use crate::usecases::{payments, queries};
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
@@ -42,6 +46,8 @@ pub struct OrderApi {
     pub clock: Box<dyn Clock>,
     pub ids: Box<dyn IdGen>,
     pub merchant_id: String,
+    /// The close use case, for lazy-expiry reminders and operator checks.
+    pub closer: CloseOrder<DynamoStore, ConfiguredChannel, SqsCloseReminders>,
 }
 
 /// GET /orders/{order_id}, POST /orders/{order_id}/payments and the /admin routes.
@@ -50,11 +56,17 @@ pub async fn order_api(app: &OrderApi, req: Request) -> Response<Body> {
     let body = body_bytes(&req);
     let store = &app.store;
     let result = match route.as_str() {
-        "GET /orders/{order_id}" => {
-            queries::get_order(store, &path_param(&req, "order_id"), false).await.map(|v| (200, v))
-        }
-        "GET /admin/orders/{order_id}" => {
-            queries::get_order(store, &path_param(&req, "order_id"), true).await.map(|v| (200, v))
+        "GET /orders/{order_id}" | "GET /admin/orders/{order_id}" => get_order(
+            store,
+            &app.closer.reminders,
+            app.clock.as_ref(),
+            &path_param(&req, "order_id"),
+            route.starts_with("GET /admin/"),
+        )
+        .await
+        .map(|v| (200, v)),
+        "POST /admin/orders/{order_id}/check" => {
+            force_check(&app.closer, &path_param(&req, "order_id"), &caller_identity(&req)).await.map(|v| (200, v))
         }
         "POST /orders/{order_id}/payments" => payments::start_payment(
             store,

@@ -9,3 +9,4 @@ pub mod reconcile;
 pub mod refunds;
 pub mod sandbox;
 pub mod streams;
+pub mod sweep;

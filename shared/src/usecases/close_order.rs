@@ -12,6 +12,13 @@
 //!   release nothing.
 //! - CLOSING with an expired lease: resume from CLOSING; never revert to
 //!   PENDING_PAYMENT, which would reopen payment.
+//! - CLOSING with a live lease: someone is on it; this reminder ends.
+//!
+//! One live reminder chain per order: the only reminder a close run puts
+//! back for a due order is the one that follows its own hold, and the hold
+//! keeps the lease until that reminder is due, so every other reminder in
+//! between finds the lease held and ends. The sweep is the net under a
+//! chain that breaks (the order's due time in the index is the lease's end).
 
 use crate::domain::order::{decide_close, CloseDecision};
 use crate::domain::*;
@@ -28,6 +35,10 @@ pub enum CloseOutcome {
     Paid,
     AlreadyFinal(OrderStatus),
     NotFound,
+    /// Another closer holds a live lease: it (or, if it died, the sweep
+    /// once the lease runs out) carries the order on. This reminder ends
+    /// here, so duplicates never grow into parallel reminder chains.
+    LeftToLeaseHolder,
     /// Put back: early wake-up, a live lease held by another closer, or an
     /// unknown payment state.
     RemindedLater {
@@ -47,7 +58,14 @@ pub struct CloseOrder<S, C, Q> {
     /// How old an attempt must be before the channel's "not found" is
     /// believed to mean "nothing charged".
     pub not_found_grace: Duration,
+    /// How long one close run may spend asking the channel before it stops
+    /// and holds: well under the function's timeout, so that a run always
+    /// ends cleanly with its lease kept and its reminder sent.
+    pub budget: Duration,
 }
+
+/// The default [`CloseOrder::budget`] for a 30 s function timeout.
+pub const DEFAULT_CLOSE_BUDGET: Duration = Duration::from_secs(15);
 
 /// Backoff for an order held in CLOSING because its payment state is
 /// unknown: doubles with the time already spent, from 5 s up to 5 minutes.
@@ -85,6 +103,7 @@ where
     /// `owner` identifies this closer in the lease (the Lambda request id).
     #[instrument(skip_all, fields(order_id = %order_id))]
     pub async fn close(&self, order_id: &OrderId, owner: &str) -> Result<CloseOutcome, Unavailable> {
+        let deadline = self.clock.now().plus(self.budget);
         // A rejected compare-and-swap means someone else moved the order;
         // re-read and decide again. A handful of rounds is plenty: every
         // round that fails does so because the order made progress.
@@ -103,8 +122,9 @@ where
                     metrics::count("EarlyWakeUp", 1);
                     return self.later(order_id, after, "not yet due").await;
                 }
-                CloseDecision::LeaseHeld(after) => {
-                    return self.later(order_id, after, "another closer holds the lease").await
+                CloseDecision::LeaseHeld(left) => {
+                    info!(lease_left_ms = left.as_millis() as u64, "another closer holds the lease; reminder ends");
+                    return Ok(CloseOutcome::LeftToLeaseHolder);
                 }
                 CloseDecision::CloseNow => match self.store.close_unpaid(&order, now).await? {
                     Cas::Applied => {
@@ -125,13 +145,22 @@ where
                     if self.store.begin_closing(&order, &lease, now).await? == Cas::Rejected {
                         continue;
                     }
+                    if order.closing.is_some() {
+                        // A dead closer's lease ran out and we took it over.
+                        warn!(resumes = lease.resumes, "CLOSING past its lease: resumed");
+                        metrics::count("ClosingPastLease", 1);
+                    }
+                    if crate::faults::active().closer_dies_after_claim(&order) {
+                        warn!("fault injection: closer dies after claiming CLOSING");
+                        return Ok(CloseOutcome::LeftToLeaseHolder);
+                    }
                     let claimed = Order {
                         status: OrderStatus::Closing,
                         version: order.version + 1,
                         closing: Some(lease),
                         ..order
                     };
-                    match self.decide_with_facts(claimed).await? {
+                    match self.decide_with_facts(claimed, deadline).await? {
                         Some(outcome) => return Ok(outcome),
                         None => continue,
                     }
@@ -151,13 +180,13 @@ where
 
     /// Holding CLOSING: establish the money facts and converge. `None`
     /// means the order moved under us and the caller should re-read.
-    async fn decide_with_facts(&self, order: Order) -> Result<Option<CloseOutcome>, Unavailable> {
+    async fn decide_with_facts(&self, order: Order, deadline: Timestamp) -> Result<Option<CloseOutcome>, Unavailable> {
         let record = self
             .store
             .order_record(&order.order_id)
             .await?
             .ok_or_else(|| Unavailable::new("close", "order vanished while closing"))?;
-        let facts = self.facts(&record.payments).await?;
+        let facts = self.facts(&record.payments, deadline).await?;
         if !facts.successes.is_empty() {
             return self.settle_successes(order, facts.successes).await.map(Some);
         }
@@ -234,10 +263,14 @@ where
     /// Stays CLOSING without deciding: gives the lease up and comes back
     /// after the backoff. Nothing is released.
     async fn hold(&self, order: &Order, why: &'static str) -> Result<CloseOutcome, Unavailable> {
-        // A rejected release means someone else already moved on; the
-        // reminder then finds out what happened.
-        self.store.release_lease(order, self.clock.now()).await?;
         let after = unknown_backoff(self.closing_for(order));
+        let until = self.clock.now().plus(after);
+        if self.store.hold_closing(order, until).await? == Cas::Rejected {
+            // Someone else moved the order (a payment landed, or our lease
+            // was taken over): they carry it on; no second chain.
+            info!(why, "order moved while holding; reminder ends");
+            return Ok(CloseOutcome::LeftToLeaseHolder);
+        }
         self.later(&order.order_id, after, why).await
     }
 
@@ -247,10 +280,19 @@ where
     }
 
     /// Local facts first; the channel for every attempt not yet settled.
-    async fn facts(&self, payments: &[PaymentAttempt]) -> Result<Facts, Unavailable> {
+    async fn facts(&self, payments: &[PaymentAttempt], deadline: Timestamp) -> Result<Facts, Unavailable> {
         let mut facts = Facts::default();
         for p in payments {
             let now = self.clock.now();
+            let needs_channel = matches!(p.status, PaymentStatus::Processing | PaymentStatus::Unknown);
+            if needs_channel && now >= deadline {
+                // Out of time for this run: what is not asked yet is
+                // unknown, so the order is held (nothing released) and the
+                // next run asks again.
+                metrics::count("CloseBudgetSpent", 1);
+                facts.unknown.get_or_insert(format!("{}: the close run's time budget is spent", p.payment_id));
+                continue;
+            }
             let verdict = match p.status {
                 PaymentStatus::Failed => continue,
                 PaymentStatus::Succeeded => match &p.channel_txn_id {

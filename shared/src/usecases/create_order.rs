@@ -145,6 +145,7 @@ impl<S: OrderStore> CreateOrder<S> {
             closing: None,
             paid_by: None,
             history: vec![],
+            checks: vec![],
         };
         let claim = IdempotencyClaim { user_id: req.user_id.clone(), key, request_hash: req.request_hash() };
         match self.store.create_order(&order, &claim).await? {

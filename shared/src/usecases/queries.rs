@@ -55,17 +55,12 @@ pub fn admin_order_view(r: &OrderRecord) -> Value {
     v["closing"] = json!(o.closing);
     v["paid_by"] = json!(o.paid_by);
     v["history"] = json!(o.history);
+    v["checks"] = json!(o.checks);
     v["reservations"] = json!(r.reservations);
     v["coupon_lock"] = json!(r.coupon_lock);
     v["payments"] = json!(r.payments);
     v["refunds"] = json!(r.refunds);
     v
-}
-
-pub async fn get_order<S: OrderStore>(store: &S, id: &str, admin: bool) -> Result<Value, ApiError> {
-    let order_id = OrderId::parse(id).map_err(|_| ApiError::not_found(format!("order {id}")))?;
-    let record = store.order_record(&order_id).await?.ok_or_else(|| ApiError::not_found(format!("order {id}")))?;
-    Ok(if admin { admin_order_view(&record) } else { order_view(&record) })
 }
 
 fn stock_view(s: &crate::store::Stock) -> Value {

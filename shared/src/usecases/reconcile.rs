@@ -224,6 +224,7 @@ mod tests {
             closing: None,
             paid_by: paid_by.map(|p| PaymentId::parse(p).unwrap()),
             history: vec![],
+            checks: vec![],
         }
     }
 

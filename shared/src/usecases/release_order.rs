@@ -44,6 +44,9 @@ pub async fn release_order<S: OrderStore>(
         report.refused += 1;
         return Ok(report);
     }
+    if let Some(why) = crate::faults::active().release_fails(&record.order, clock.now()) {
+        return Err(Unavailable::new("release order", why));
+    }
     for r in &record.reservations {
         match store.release_reservation(order_id, r, clock.now()).await? {
             Ok(Step::Moved(_)) => {
@@ -72,6 +75,7 @@ pub async fn release_order<S: OrderStore>(
         tally(&mut report, store.end_coupon_lock(order_id, &lock.coupon_id, to, reason, now).await?, "coupon lock");
     }
     metrics::count("ReservationsReleased", u64::from(report.moved));
+    effects_settled(store, order_id, OrderStatus::Closed, &report).await?;
     info!(moved = report.moved, already = report.already, refused = report.refused, "release done");
     Ok(report)
 }
@@ -117,6 +121,7 @@ where
             store.end_coupon_lock(order_id, &lock.coupon_id, CouponLockStatus::Used, "order paid", clock.now()).await?;
         tally(&mut report, res, "coupon lock");
     }
+    effects_settled(store, order_id, OrderStatus::Paid, &report).await?;
     wakeups.cancel_wake_up(order_id).await?;
     close_other_payments(store, channel, clock, &record).await?;
     info!(moved = report.moved, already = report.already, refused = report.refused, "settle done");
@@ -165,6 +170,47 @@ async fn close_other_payments<S: PaymentStore, C: PaymentChannel>(
         }
     }
     Ok(())
+}
+
+/// Every reservation and the lock reached their end: the order leaves the
+/// effects part of the due index. A refusal (an invariant breach, alarmed)
+/// keeps it there, so the backstop and the admin view keep showing it.
+async fn effects_settled<S: OrderStore>(
+    store: &S,
+    order_id: &OrderId,
+    status: OrderStatus,
+    report: &ResourceReport,
+) -> Result<(), Unavailable> {
+    if report.refused == 0 {
+        store.effects_done(order_id, status).await?;
+    }
+    Ok(())
+}
+
+/// The sweep's re-drive of a final order whose effects are still pending:
+/// the same release or settle the stream would have run. Anything else (an
+/// order not final) is left alone: only a final order has effects.
+#[instrument(skip_all, fields(order_id = %order_id, trigger = "sweep"))]
+pub async fn drive_effects<S, W, C>(
+    store: &S,
+    wakeups: &W,
+    channel: &C,
+    clock: &dyn Clock,
+    order_id: &OrderId,
+) -> Result<ResourceReport, Unavailable>
+where
+    S: OrderStore + PaymentStore,
+    W: WakeUpScheduler,
+    C: PaymentChannel,
+{
+    match store.order(order_id).await?.map(|o| o.status) {
+        Some(OrderStatus::Closed) => release_order(store, clock, order_id).await,
+        Some(OrderStatus::Paid) => settle_order(store, wakeups, channel, clock, order_id).await,
+        other => {
+            warn!(status = ?other, "effects re-drive for an order that is not final; nothing done");
+            Ok(ResourceReport::default())
+        }
+    }
 }
 
 fn tally<S>(report: &mut ResourceReport, res: Result<Step<S>, Refused>, what: &str) {

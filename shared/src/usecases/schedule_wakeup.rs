@@ -13,6 +13,18 @@ use tracing::{info, instrument};
 /// queue, delayed by the time left.
 pub const DIRECT_REMINDER_WITHIN: Duration = Duration::from_secs(10);
 
+/// When the one-shot schedule fires: the start of the minute before the
+/// one `expire_at` falls in. EventBridge Scheduler delivers a one-time
+/// schedule anywhere within its minute, so a schedule *at* `expire_at`
+/// could close an order up to a minute late. Waking it a little early costs
+/// one extra message: the close use case finds it not yet due and puts the
+/// reminder back with an SQS delay for the seconds left, so it closes
+/// within about a second of `expire_at`.
+pub fn wake_up_time(expire_at: Timestamp) -> Timestamp {
+    let ms = expire_at.unix_millis();
+    Timestamp::from_unix_millis(ms - ms.rem_euclid(60_000) - 60_000)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WakeUp {
     Scheduled(Scheduled),
@@ -28,13 +40,17 @@ pub async fn schedule_wake_up<W: WakeUpScheduler, Q: CloseReminders>(
     order_id: &OrderId,
     expire_at: Timestamp,
 ) -> Result<WakeUp, Unavailable> {
-    let left = clock.now().until(expire_at);
-    if left < DIRECT_REMINDER_WITHIN {
+    let now = clock.now();
+    let wake_at = wake_up_time(expire_at);
+    if now.until(wake_at) < DIRECT_REMINDER_WITHIN {
+        // The wake-up would be now or past: remind directly, delayed to
+        // `expire_at` itself (at most two minutes, within SQS's 15).
+        let left = now.until(expire_at);
         reminders.remind_later(order_id, left).await?;
         info!(after_ms = left.as_millis() as u64, "due within seconds: reminded directly");
         return Ok(WakeUp::Reminded(left));
     }
-    let result = wakeups.schedule_wake_up(order_id, expire_at).await?;
+    let result = wakeups.schedule_wake_up(order_id, wake_at).await?;
     info!(result = ?result, "wake-up scheduled");
     Ok(WakeUp::Scheduled(result))
 }
@@ -75,13 +91,27 @@ mod tests {
     async fn a_future_expiry_gets_a_schedule_and_a_near_or_past_one_a_direct_reminder() {
         let calls = Calls::default();
         let id = OrderId::parse("ord_1").unwrap();
-        let expire = Timestamp::from_unix_millis(100_000);
+        // expire_at 00:05:40 → the schedule fires in the minute of 00:04:00.
+        let expire = Timestamp::from_unix_millis(340_000);
         let r = schedule_wake_up(&calls, &calls, &At(0), &id, expire).await.unwrap();
         assert_eq!(r, WakeUp::Scheduled(Scheduled::Created));
-        let r = schedule_wake_up(&calls, &calls, &At(95_000), &id, expire).await.unwrap();
-        assert_eq!(r, WakeUp::Reminded(Duration::from_secs(5)));
+        // Within 10 s of the wake-up time: a direct reminder to expire_at.
+        let r = schedule_wake_up(&calls, &calls, &At(235_000), &id, expire).await.unwrap();
+        assert_eq!(r, WakeUp::Reminded(Duration::from_secs(105)));
         let r = schedule_wake_up(&calls, &calls, &At(500_000), &id, expire).await.unwrap();
         assert_eq!(r, WakeUp::Reminded(Duration::ZERO));
-        assert_eq!(*calls.0.lock().unwrap(), ["schedule 1970-01-01T00:01:40.000Z", "remind 5", "remind 0"]);
+        assert_eq!(*calls.0.lock().unwrap(), ["schedule 1970-01-01T00:04:00.000Z", "remind 105", "remind 0"]);
+    }
+
+    #[test]
+    fn the_wake_up_is_the_start_of_the_minute_before_expiry() {
+        let t = |ms| Timestamp::from_unix_millis(ms);
+        assert_eq!(wake_up_time(t(340_000)), t(240_000));
+        assert_eq!(wake_up_time(t(300_000)), t(240_000), "a whole minute still wakes a minute early");
+        assert_eq!(wake_up_time(t(359_999)), t(240_000));
+        for ms in [60_000i64, 61_234, 3_599_999, 1_700_000_000_123] {
+            let w = wake_up_time(t(ms));
+            assert!(w.unix_millis() <= ms - 60_000 && ms - w.unix_millis() < 120_000, "{ms}");
+        }
     }
 }

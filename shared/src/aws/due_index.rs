@@ -1,0 +1,143 @@
+//! The DynamoDB adapter of [`DueIndex`]: paginated queries of one shard of
+//! the sparse `due-index` GSI, and the sweep's cursor record. Layout in
+//! `infra/data-model.md` ("The due index").
+
+use super::dynamo::{key, keys, n, s, DynamoStore, Item};
+use crate::domain::{OrderId, PaymentId, Timestamp};
+use crate::ports::Unavailable;
+use crate::store::{Cas, DueCursor, DueEntry, DueIndex, DueItem, DuePage, SweepCursors};
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::{AttributeValue as Av, ReturnConsumedCapacity};
+
+pub const DUE_INDEX: &str = "due-index";
+const CURSOR_PK: &str = "SWEEP#CURSORS";
+const CURSOR_SK: &str = "SWEEP";
+
+/// Reads the record an index key points at, from its `pk`/`sk`.
+pub fn due_item(pk: &str, sk: &str) -> DueItem {
+    let unrecognised = || DueItem::Unrecognised { pk: pk.to_owned(), sk: sk.to_owned() };
+    let Some(order_id) = pk.strip_prefix("ORDER#").and_then(|id| OrderId::parse(id).ok()) else {
+        return unrecognised();
+    };
+    if sk == keys::ORDER_SK {
+        return DueItem::Open(order_id);
+    }
+    match sk.strip_prefix("REFUND#").map(PaymentId::parse) {
+        Some(Ok(payment_id)) => DueItem::Refund(order_id, payment_id),
+        _ => unrecognised(),
+    }
+}
+
+fn cursor_of(item: &Item) -> DueCursor {
+    item.iter().filter_map(|(k, v)| v.as_s().ok().map(|s| (k.clone(), s.clone()))).collect()
+}
+
+fn item_of(cursor: &DueCursor) -> Item {
+    cursor.iter().map(|(k, v)| (k.clone(), s(v.as_str()))).collect()
+}
+
+#[async_trait]
+impl DueIndex for DynamoStore {
+    fn shards(&self) -> Vec<String> {
+        let count = self.shards().sweep_count;
+        [keys::OPEN_PREFIX, keys::EFFECTS_PREFIX]
+            .iter()
+            .flat_map(|prefix| (0..count).map(move |i| format!("{prefix}{i}")))
+            .collect()
+    }
+
+    async fn due_page(
+        &self,
+        shard: &str,
+        cutoff: Timestamp,
+        limit: u32,
+        start: Option<DueCursor>,
+    ) -> Result<DuePage, Unavailable> {
+        let out = self
+            .client()
+            .query()
+            .table_name(self.table())
+            .index_name(DUE_INDEX)
+            .key_condition_expression("due_shard = :shard AND due_at <= :cutoff")
+            .expression_attribute_values(":shard", s(shard))
+            .expression_attribute_values(":cutoff", s(cutoff.to_string()))
+            .scan_index_forward(true)
+            .limit(limit.clamp(1, 1000) as i32)
+            .set_exclusive_start_key(start.as_ref().map(item_of))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| Unavailable::new("query due index", e))?;
+        let is_open = shard.starts_with(keys::OPEN_PREFIX);
+        let entries = out
+            .items()
+            .iter()
+            .map(|item| {
+                let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).map(String::as_str).unwrap_or("");
+                let mut entry = due_item(get("pk"), get("sk"));
+                // The same order key means "close it" in an OPEN shard and
+                // "settle its effects" in an FX shard.
+                if let (false, DueItem::Open(id)) = (is_open, &entry) {
+                    entry = DueItem::OrderEffects(id.clone());
+                }
+                let due_at = Timestamp::parse(get("due_at")).unwrap_or(cutoff);
+                DueEntry { item: entry, due_at }
+            })
+            .collect();
+        Ok(DuePage {
+            entries,
+            next: out.last_evaluated_key().map(cursor_of),
+            consumed_capacity: out.consumed_capacity().and_then(|c| c.capacity_units()).unwrap_or(0.0),
+        })
+    }
+
+    async fn sweep_cursors(&self) -> Result<SweepCursors, Unavailable> {
+        let Some(item) = self.get_item(CURSOR_PK.into(), CURSOR_SK).await? else {
+            return Ok(SweepCursors::default());
+        };
+        let version = item.get("version").and_then(|v| v.as_n().ok()).and_then(|v| v.parse().ok()).unwrap_or(0);
+        let shards = match item.get("shards") {
+            Some(Av::M(m)) => {
+                m.iter().filter_map(|(shard, c)| c.as_m().ok().map(|c| (shard.clone(), cursor_of(c)))).collect()
+            }
+            _ => Default::default(),
+        };
+        Ok(SweepCursors { version, shards })
+    }
+
+    async fn save_sweep_cursors(&self, cursors: &SweepCursors) -> Result<Cas, Unavailable> {
+        let shards = cursors.shards.iter().map(|(k, c)| (k.clone(), Av::M(item_of(c)))).collect();
+        let mut item = key(CURSOR_PK.into(), CURSOR_SK);
+        item.insert("entity".into(), s("SWEEP_CURSORS"));
+        item.insert("version".into(), n(cursors.version + 1));
+        item.insert("shards".into(), Av::M(shards));
+        let res = self
+            .client()
+            .put_item()
+            .table_name(self.table())
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk) OR version = :v")
+            .expression_attribute_values(":v", n(cursors.version))
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(Cas::Applied),
+            Err(e) if super::dynamo::is_condition_failure(&e) => Ok(Cas::Rejected),
+            Err(e) => Err(Unavailable::new("save sweep cursors", e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_keys_name_the_record_they_point_at() {
+        let o = OrderId::parse("ord_1").unwrap();
+        assert_eq!(due_item("ORDER#ord_1", "ORDER"), DueItem::Open(o.clone()));
+        assert_eq!(due_item("ORDER#ord_1", "REFUND#pay_9"), DueItem::Refund(o, PaymentId::parse("pay_9").unwrap()));
+        assert!(matches!(due_item("SKU#x", "STOCK"), DueItem::Unrecognised { .. }));
+        assert!(matches!(due_item("ORDER#ord_1", "RES#STOCK#x"), DueItem::Unrecognised { .. }));
+    }
+}

@@ -1,0 +1,46 @@
+//! The sweep's [`Redrive`] port on AWS: close reminders on CloseQueue,
+//! release/settle run in-process, refunds back on RefundQueue.
+
+use super::dynamo::DynamoStore;
+use super::queue::SqsCloseReminders;
+use super::sandbox::ConfiguredChannel;
+use super::scheduler::EventBridgeWakeUps;
+use crate::domain::{OrderId, PaymentId};
+use crate::handlers::refunds::RefundMessage;
+use crate::ports::{Clock, Redrive, Unavailable};
+use crate::usecases::release_order::drive_effects;
+use async_trait::async_trait;
+
+pub struct AwsRedrive {
+    pub store: DynamoStore,
+    pub wakeups: EventBridgeWakeUps,
+    pub channel: ConfiguredChannel,
+    pub reminders: SqsCloseReminders,
+    pub sqs: aws_sdk_sqs::Client,
+    pub refund_queue_url: String,
+    pub clock: Box<dyn Clock>,
+}
+
+#[async_trait]
+impl Redrive for AwsRedrive {
+    async fn close(&self, order_ids: &[OrderId]) -> Result<(), Unavailable> {
+        self.reminders.remind_now(order_ids, "sweep").await
+    }
+
+    async fn effects(&self, order_id: &OrderId) -> Result<(), Unavailable> {
+        drive_effects(&self.store, &self.wakeups, &self.channel, self.clock.as_ref(), order_id).await.map(|_| ())
+    }
+
+    async fn refund(&self, order_id: &OrderId, payment_id: &PaymentId) -> Result<(), Unavailable> {
+        let body = serde_json::to_string(&RefundMessage { order_id: order_id.clone(), payment_id: payment_id.clone() })
+            .expect("serialisable");
+        self.sqs
+            .send_message()
+            .queue_url(&self.refund_queue_url)
+            .message_body(body)
+            .send()
+            .await
+            .map_err(|e| Unavailable::new("re-drive refund", e))?;
+        Ok(())
+    }
+}

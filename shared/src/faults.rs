@@ -1,0 +1,61 @@
+//! Fault-injection switches for the drills in the test suite (seed 000
+//! §13.1, §13.3): a closer that dies right after claiming CLOSING, a release
+//! that fails for a while. Off unless the function's `FAULT_INJECTION` is
+//! `on`, and refused outright when `STAGE` is `prod` (the template's rule
+//! refuses the deploy too). A fault hits only orders whose `user_id` names
+//! it, so a drill never touches anyone else's orders:
+//!
+//! - `fault-crash-closer-…`: the first close run that claims CLOSING stops
+//!   right there, as if the process died (its message is gone too); only
+//!   the lease running out and the sweep bring the order back.
+//! - `fault-release-until-<unix seconds>-…`: releasing the order fails until
+//!   that time, on every path (stream and sweep).
+
+use crate::domain::{Order, Timestamp};
+use std::sync::OnceLock;
+use tracing::error;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    enabled: bool,
+}
+
+pub const CRASH_CLOSER: &str = "fault-crash-closer-";
+pub const RELEASE_UNTIL: &str = "fault-release-until-";
+
+impl Faults {
+    pub fn enabled() -> Self {
+        Self { enabled: true }
+    }
+
+    fn from_env() -> Self {
+        let on = std::env::var("FAULT_INJECTION").is_ok_and(|v| v == "on");
+        let prod = std::env::var("STAGE").map_or(true, |s| s == "prod");
+        if on && prod {
+            error!("FAULT_INJECTION=on is refused in a prod stage (or with STAGE unset); faults stay off");
+        }
+        Self { enabled: on && !prod }
+    }
+
+    /// Whether a closer that just claimed CLOSING for `order` (taken from
+    /// PENDING_PAYMENT, not a resume) must play dead.
+    pub fn closer_dies_after_claim(&self, order: &Order) -> bool {
+        self.enabled && order.closing.is_none() && order.user_id.as_str().starts_with(CRASH_CLOSER)
+    }
+
+    /// `Some(why)` while releasing `order` must fail.
+    pub fn release_fails(&self, order: &Order, now: Timestamp) -> Option<String> {
+        if !self.enabled {
+            return None;
+        }
+        let rest = order.user_id.as_str().strip_prefix(RELEASE_UNTIL)?;
+        let until: i64 = rest.split('-').next()?.parse().ok()?;
+        (now.unix_millis() < until * 1000).then(|| format!("fault injection: release fails until {until}"))
+    }
+}
+
+/// The switches of this process, read once from the environment.
+pub fn active() -> Faults {
+    static FAULTS: OnceLock<Faults> = OnceLock::new();
+    *FAULTS.get_or_init(Faults::from_env)
+}

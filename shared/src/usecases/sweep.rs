@@ -1,0 +1,222 @@
+//! The sweep (seed 000 §7.1, §9.4; seed 002 §4): the second trigger path.
+//! A wake-up is a reminder, never the truth, and reminders get lost (a
+//! schedule never created or deleted, a message dead-lettered, a stream
+//! record skipped). Every run queries each shard of the due index for what
+//! is overdue and re-drives it through the normal, idempotent use cases:
+//!
+//! - an open order past its due time → a close reminder (the close use case
+//!   decides; the sweep writes no status);
+//! - a final order whose stock or coupon is still held → release / settle
+//!   again;
+//! - a refund still pending past its retry budget → the refund worker again.
+//!
+//! With nothing due, a run costs one query per shard and the cursor read,
+//! however large the table: the index only holds what is still to happen.
+//! A run that runs out of time stores where each unfinished shard stopped;
+//! the next run goes on from there. Two overlapping runs only send the same
+//! reminders twice, which the use cases absorb.
+
+use crate::domain::{OrderId, Timestamp};
+use crate::metrics;
+use crate::ports::{Clock, Redrive, Unavailable};
+use crate::store::{Cas, DueCursor, DueIndex, DueItem, SweepCursors};
+use std::time::Duration;
+use tracing::{info, instrument, warn};
+
+#[derive(Debug, Clone)]
+pub struct SweepConfig {
+    /// An open order is swept only this long after its due time, so that
+    /// its own wake-up gets the first chance.
+    pub grace: Duration,
+    /// Entries read per query (the page size).
+    pub page: u32,
+    /// Time after which the run stops and stores its cursors; well under
+    /// the function's timeout.
+    pub budget: Duration,
+}
+
+impl Default for SweepConfig {
+    fn default() -> Self {
+        Self { grace: Duration::from_secs(30), page: 100, budget: Duration::from_secs(40) }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SweepReport {
+    pub shards: usize,
+    pub queries: u32,
+    pub items_read: u32,
+    pub consumed_capacity: f64,
+    pub open_found: u32,
+    pub effects_found: u32,
+    pub refunds_found: u32,
+    pub unrecognised: u32,
+    /// How far past its due time the oldest overdue open order is.
+    pub oldest_open_overdue: Duration,
+    /// How long the oldest pending effect has been due.
+    pub oldest_effect_overdue: Duration,
+    /// Shards left unfinished (the run ran out of time); their cursors are
+    /// stored for the next run.
+    pub unfinished: Vec<String>,
+    /// Re-drives that failed (retried by the next run: the entries stay).
+    pub failures: u32,
+}
+
+impl SweepReport {
+    pub fn found(&self) -> u32 {
+        self.open_found + self.effects_found + self.refunds_found
+    }
+}
+
+struct ShardRun {
+    report: SweepReport,
+    /// `Some` when the shard is unfinished.
+    cursor: Option<DueCursor>,
+}
+
+#[instrument(skip_all)]
+pub async fn sweep<I: DueIndex, R: Redrive>(
+    index: &I,
+    redrive: &R,
+    clock: &dyn Clock,
+    cfg: &SweepConfig,
+) -> Result<SweepReport, Unavailable> {
+    let started = clock.now();
+    let deadline = started.plus(cfg.budget);
+    let stored = index.sweep_cursors().await?;
+    let shards = index.shards();
+    let runs = futures_util::future::join_all(shards.iter().map(|shard| {
+        let start = stored.shards.get(shard).cloned();
+        sweep_shard(index, redrive, clock, cfg, shard, start, started, deadline)
+    }))
+    .await;
+
+    let mut report = SweepReport { shards: shards.len(), ..Default::default() };
+    let mut cursors = SweepCursors { version: stored.version, ..Default::default() };
+    for (shard, run) in shards.iter().zip(runs) {
+        let run = run?;
+        merge(&mut report, run.report);
+        if let Some(c) = run.cursor {
+            report.unfinished.push(shard.clone());
+            cursors.shards.insert(shard.clone(), c);
+        }
+    }
+    // Only a change is written: with nothing due and nothing unfinished the
+    // run writes nothing at all.
+    if cursors.shards != stored.shards && index.save_sweep_cursors(&cursors).await? == Cas::Rejected {
+        // An overlapping run saved first; its cursors are as good as ours.
+        warn!("another sweep run stored its cursors first");
+    }
+    info!(
+        found = report.found(),
+        open = report.open_found,
+        effects = report.effects_found,
+        refunds = report.refunds_found,
+        queries = report.queries,
+        items_read = report.items_read,
+        consumed_capacity = report.consumed_capacity,
+        unfinished = report.unfinished.len(),
+        duration_ms = started.until(clock.now()).as_millis() as u64,
+        "sweep done"
+    );
+    Ok(report)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn sweep_shard<I: DueIndex, R: Redrive>(
+    index: &I,
+    redrive: &R,
+    clock: &dyn Clock,
+    cfg: &SweepConfig,
+    shard: &str,
+    mut start: Option<DueCursor>,
+    now: Timestamp,
+    deadline: Timestamp,
+) -> Result<ShardRun, Unavailable> {
+    let mut report = SweepReport::default();
+    // Open orders get the grace; an effects entry's due time already
+    // includes its own.
+    let cutoff = if shard.starts_with(crate::aws::dynamo::keys::OPEN_PREFIX) { now.minus(cfg.grace) } else { now };
+    loop {
+        let page = index.due_page(shard, cutoff, cfg.page, start.take()).await?;
+        report.queries += 1;
+        report.items_read += page.entries.len() as u32;
+        report.consumed_capacity += page.consumed_capacity;
+        let mut close = Vec::new();
+        for entry in &page.entries {
+            let overdue = entry.due_at.until(now);
+            match &entry.item {
+                DueItem::Open(id) => {
+                    report.open_found += 1;
+                    report.oldest_open_overdue = report.oldest_open_overdue.max(overdue);
+                    close.push(id.clone());
+                }
+                DueItem::OrderEffects(id) => {
+                    report.effects_found += 1;
+                    report.oldest_effect_overdue = report.oldest_effect_overdue.max(overdue);
+                    if let Err(e) = redrive.effects(id).await {
+                        warn!(order_id = %id, error = %e, "effects re-drive failed; the next run tries again");
+                        report.failures += 1;
+                    }
+                }
+                DueItem::Refund(order_id, payment_id) => {
+                    report.refunds_found += 1;
+                    report.oldest_effect_overdue = report.oldest_effect_overdue.max(overdue);
+                    if let Err(e) = redrive.refund(order_id, payment_id).await {
+                        warn!(%order_id, %payment_id, error = %e, "refund re-drive failed; the next run tries again");
+                        report.failures += 1;
+                    }
+                }
+                DueItem::Unrecognised { pk, sk } => {
+                    warn!(pk, sk, "unrecognised due-index entry left alone");
+                    report.unrecognised += 1;
+                }
+            }
+        }
+        if !close.is_empty() {
+            log_found(&close);
+            if let Err(e) = redrive.close(&close).await {
+                warn!(error = %e, "close reminders not sent; the next run finds the orders again");
+                report.failures += close.len() as u32;
+            }
+        }
+        match page.next {
+            None => return Ok(ShardRun { report, cursor: None }),
+            Some(next) if clock.now() >= deadline => return Ok(ShardRun { report, cursor: Some(next) }),
+            Some(next) => start = Some(next),
+        }
+    }
+}
+
+fn log_found(ids: &[OrderId]) {
+    for id in ids {
+        info!(order_id = %id, trigger = "sweep", "overdue open order: close reminder sent");
+    }
+}
+
+fn merge(into: &mut SweepReport, r: SweepReport) {
+    into.queries += r.queries;
+    into.items_read += r.items_read;
+    into.consumed_capacity += r.consumed_capacity;
+    into.open_found += r.open_found;
+    into.effects_found += r.effects_found;
+    into.refunds_found += r.refunds_found;
+    into.unrecognised += r.unrecognised;
+    into.failures += r.failures;
+    into.oldest_open_overdue = into.oldest_open_overdue.max(r.oldest_open_overdue);
+    into.oldest_effect_overdue = into.oldest_effect_overdue.max(r.oldest_effect_overdue);
+}
+
+/// The backstop's figures as metrics (seed 000 §11.1): what a run found
+/// (should stay near 0), how old the oldest overdue things are, and that
+/// the run completed (the "sweep not running" alarm watches this).
+pub fn emit_metrics(report: &SweepReport, duration: Duration) {
+    metrics::count("SweepFoundOpen", u64::from(report.open_found));
+    metrics::count("SweepFoundEffects", u64::from(report.effects_found));
+    metrics::count("SweepFoundRefunds", u64::from(report.refunds_found));
+    metrics::emit("OldestOverdueOpenOrderSeconds", report.oldest_open_overdue.as_secs_f64(), "Seconds");
+    metrics::emit("OldestPendingEffectSeconds", report.oldest_effect_overdue.as_secs_f64(), "Seconds");
+    metrics::emit("SweepDuration", duration.as_millis() as f64, "Milliseconds");
+    metrics::count("SweepUnfinishedShards", report.unfinished.len() as u64);
+    metrics::count("SweepCompleted", 1);
+}
