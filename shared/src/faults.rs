@@ -10,6 +10,9 @@
 //!   the lease running out and the sweep bring the order back.
 //! - `fault-release-until-<unix seconds>-…`: releasing the order fails until
 //!   that time, on every path (stream and sweep).
+//! - `fault-no-wakeup-…`: the order's wake-up is never created (as if the
+//!   Scheduler was down and the stream record was given up): only a read
+//!   (lazy expiry), an operator check or the sweep can close it.
 
 use crate::domain::{Order, Timestamp};
 use std::sync::OnceLock;
@@ -22,6 +25,7 @@ pub struct Faults {
 
 pub const CRASH_CLOSER: &str = "fault-crash-closer-";
 pub const RELEASE_UNTIL: &str = "fault-release-until-";
+pub const NO_WAKEUP: &str = "fault-no-wakeup-";
 
 impl Faults {
     pub fn enabled() -> Self {
@@ -41,6 +45,11 @@ impl Faults {
     /// PENDING_PAYMENT, not a resume) must play dead.
     pub fn closer_dies_after_claim(&self, order: &Order) -> bool {
         self.enabled && order.closing.is_none() && order.user_id.as_str().starts_with(CRASH_CLOSER)
+    }
+
+    /// Whether the wake-up of an order of `user_id` is lost at create.
+    pub fn wake_up_lost(&self, user_id: &str) -> bool {
+        self.enabled && user_id.starts_with(NO_WAKEUP)
     }
 
     /// `Some(why)` while releasing `order` must fail.

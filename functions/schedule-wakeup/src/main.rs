@@ -23,6 +23,10 @@ async fn main() -> Result<(), Error> {
         Ok::<_, Error>(
             each_stream_record(event.payload, |record| async move {
                 let order = order_of(&record)?;
+                if order_core::faults::active().wake_up_lost(order.user_id.as_str()) {
+                    tracing::warn!(order_id = %order.order_id, "fault injection: wake-up never created");
+                    return Ok(());
+                }
                 schedule_wake_up(wakeups, reminders, &SystemClock, &order.order_id, order.expire_at)
                     .await
                     .map_err(|e| e.to_string())?;

@@ -1,0 +1,431 @@
+//! The backstop on the real store (DynamoDB Local): the due index's open
+//! and effects entries, the sweep (what it finds, what it costs, where it
+//! stops and goes on), shard-count changes, one reminder chain per order,
+//! the close run's time budget, lazy expiry, the operator's force-check,
+//! and payment-window rules fixed at create.
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::{AttributeValue as Av, PutRequest, WriteRequest};
+use order_core::aws::dynamo::{keys, DueShards, DynamoStore};
+use order_core::domain::*;
+use order_core::ports::*;
+use order_core::store::*;
+use order_core::usecases::close_order::{CloseOrder, CloseOutcome, DEFAULT_CLOSE_BUDGET};
+use order_core::usecases::create_order::CreateOrder;
+use order_core::usecases::force_check::force_check;
+use order_core::usecases::order_reads::get_order;
+use order_core::usecases::release_order::{release_order, settle_order};
+use order_core::usecases::sweep::{sweep, SweepConfig};
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use system_tests::fakes::*;
+use system_tests::{dynamodb_local, fresh_table};
+
+const T0: i64 = 1_800_000_000_000;
+const WINDOW: Duration = Duration::from_secs(60);
+
+/// What the sweep asked for, in order.
+#[derive(Clone, Default)]
+struct RecordedRedrive(Arc<Mutex<Vec<String>>>);
+
+impl RecordedRedrive {
+    fn calls(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+#[async_trait]
+impl Redrive for RecordedRedrive {
+    async fn close(&self, ids: &[OrderId]) -> Result<(), Unavailable> {
+        self.0.lock().unwrap().extend(ids.iter().map(|id| format!("close {id}")));
+        Ok(())
+    }
+    async fn effects(&self, id: &OrderId) -> Result<(), Unavailable> {
+        self.0.lock().unwrap().push(format!("effects {id}"));
+        Ok(())
+    }
+    async fn refund(&self, o: &OrderId, p: &PaymentId) -> Result<(), Unavailable> {
+        self.0.lock().unwrap().push(format!("refund {o} {p}"));
+        Ok(())
+    }
+}
+
+struct World {
+    store: DynamoStore,
+    clock: FixedClock,
+    channel: ScriptedChannel,
+    reminders: RecordedReminders,
+}
+
+impl World {
+    async fn new() -> Self {
+        Self::with_store(fresh_table(&dynamodb_local().await).await).await
+    }
+
+    async fn with_store(store: DynamoStore) -> Self {
+        store.put_stock(&Sku::parse("A").unwrap(), 1_000, None).await.unwrap();
+        Self { store, clock: FixedClock::at(T0), channel: Default::default(), reminders: Default::default() }
+    }
+
+    fn creator(&self, window: Duration, rule: &str) -> CreateOrder<DynamoStore> {
+        CreateOrder {
+            store: self.store.clone(),
+            clock: Box::new(self.clock.clone()),
+            ids: Box::new(RandomIds),
+            window,
+            expiry_rule_version: rule.into(),
+        }
+    }
+
+    async fn order(&self) -> Order {
+        let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
+        let key = format!("k{}", rand::random::<u64>());
+        self.creator(WINDOW, "w60").execute(Some(&key), body.to_string().as_bytes()).await.unwrap().order
+    }
+
+    async fn with_attempt(&self, order: &Order) -> PaymentAttempt {
+        let a = PaymentAttempt {
+            payment_id: PaymentId::parse(format!("pay_{}", rand::random::<u32>())).unwrap(),
+            order_id: order.order_id.clone(),
+            channel: ChannelName::parse("sandbox").unwrap(),
+            amount: order.amount_total,
+            currency: order.currency.clone(),
+            status: PaymentStatus::Processing,
+            channel_txn_id: None,
+            created_at: self.clock.now(),
+            evidence: vec![],
+        };
+        assert_eq!(self.store.record_attempt(order, &a).await.unwrap(), AttemptResult::Recorded);
+        a
+    }
+
+    fn closer(&self) -> CloseOrder<DynamoStore, ScriptedChannel, RecordedReminders> {
+        CloseOrder {
+            store: self.store.clone(),
+            channel: self.channel.clone(),
+            reminders: self.reminders.clone(),
+            clock: Box::new(self.clock.clone()),
+            lease: Duration::from_secs(30),
+            not_found_grace: Duration::from_secs(10),
+            budget: DEFAULT_CLOSE_BUDGET,
+        }
+    }
+
+    async fn sweep(&self, cfg: &SweepConfig) -> (SweepReport, Vec<String>) {
+        let redrive = RecordedRedrive::default();
+        let report = sweep(&self.store, &redrive, &self.clock, cfg).await.unwrap();
+        (report, redrive.calls())
+    }
+
+    /// The raw index entry of an order's item: `(due_shard, due_at)`.
+    async fn index_entry(&self, id: &OrderId) -> Option<(String, String)> {
+        let item = self
+            .store
+            .client()
+            .get_item()
+            .table_name(self.store.table())
+            .key("pk", Av::S(keys::order(id)))
+            .key("sk", Av::S(keys::ORDER_SK.into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item
+            .unwrap();
+        let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
+        Some((get("due_shard")?, get("due_at")?))
+    }
+}
+
+use order_core::usecases::sweep::SweepReport;
+
+fn cfg() -> SweepConfig {
+    SweepConfig { grace: Duration::from_secs(5), page: 100, budget: Duration::from_secs(40) }
+}
+
+#[tokio::test]
+async fn the_sweep_reminds_only_orders_past_due_plus_grace_and_writes_no_status() {
+    let w = World::new().await;
+    let due = w.order().await;
+    w.clock.set(T0 + 30_000);
+    let later = w.order().await; // expires at T0 + 90 s
+    w.clock.set(T0 + 60_000 + 4_000); // `due` is 4 s overdue: within the grace
+    let (r, calls) = w.sweep(&cfg()).await;
+    assert!(calls.is_empty(), "{calls:?}");
+    assert_eq!(r.queries as usize, r.shards, "one query per shard when nothing is due");
+    w.clock.set(T0 + 60_000 + 6_000);
+    let (r, calls) = w.sweep(&cfg()).await;
+    assert_eq!(calls, vec![format!("close {}", due.order_id)]);
+    assert_eq!(r.open_found, 1);
+    assert_eq!(r.oldest_open_overdue, Duration::from_secs(6));
+    for o in [&due, &later] {
+        assert_eq!(w.store.order(&o.order_id).await.unwrap().unwrap().status, OrderStatus::PendingPayment);
+    }
+}
+
+#[tokio::test]
+async fn a_final_order_moves_to_the_effects_shard_until_its_release_or_settle_is_done() {
+    let w = World::new().await;
+    let closed = w.order().await;
+    let paid = w.order().await;
+    let a = w.with_attempt(&paid).await;
+    let shards = w.store.shards().count;
+    assert_eq!(w.index_entry(&closed.order_id).await.unwrap().0, keys::due_shard(&closed.order_id, shards));
+
+    w.clock.set(T0 + 60_000);
+    assert_eq!(w.closer().close(&closed.order_id, "t").await.unwrap(), CloseOutcome::Closed);
+    let paid_now = w.store.order(&paid.order_id).await.unwrap().unwrap();
+    let ev =
+        Evidence { at: w.clock.now(), source: "notification".into(), status: PaymentStatus::Succeeded, detail: None };
+    assert_eq!(w.store.settle_success(&paid_now, &a, "tx1", ev, None, "").await.unwrap(), SettleResult::Paid);
+    for o in [&closed, &paid] {
+        let (shard, _) = w.index_entry(&o.order_id).await.expect("final with effects pending: in the index");
+        assert_eq!(shard, keys::effects_shard(&o.order_id, shards));
+    }
+    // Before the effects grace nothing is re-driven; after it, both are.
+    let (_, calls) = w.sweep(&cfg()).await;
+    assert!(calls.is_empty(), "{calls:?}");
+    w.clock.set(T0 + 60_000 + 121_000);
+    let (r, mut calls) = w.sweep(&cfg()).await;
+    calls.sort();
+    let mut want = vec![format!("effects {}", closed.order_id), format!("effects {}", paid.order_id)];
+    want.sort();
+    assert_eq!(calls, want);
+    assert_eq!(r.effects_found, 2);
+
+    release_order(&w.store, &w.clock, &closed.order_id).await.unwrap();
+    settle_order(&w.store, &RecordedWakeUps::default(), &w.channel, &w.clock, &paid.order_id).await.unwrap();
+    for o in [&closed, &paid] {
+        assert_eq!(w.index_entry(&o.order_id).await, None, "effects done: out of the index");
+    }
+    let (r, calls) = w.sweep(&cfg()).await;
+    assert!(calls.is_empty() && r.found() == 0, "{calls:?}");
+}
+
+#[tokio::test]
+async fn a_run_out_of_time_stores_its_cursors_and_the_next_run_goes_on_from_there() {
+    let store = fresh_table(&dynamodb_local().await).await.with_shards(DueShards { count: 1, sweep_count: 1 });
+    let w = World::with_store(store).await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        w.clock.set(T0 + i * 1_000);
+        ids.push(w.order().await.order_id);
+    }
+    w.clock.set(T0 + 120_000);
+    // Page of 2 and no time at all: one page per shard, then stop.
+    let tight = SweepConfig { page: 2, budget: Duration::ZERO, ..cfg() };
+    let (r, calls) = w.sweep(&tight).await;
+    assert_eq!(calls, vec![format!("close {}", ids[0]), format!("close {}", ids[1])], "oldest first");
+    assert_eq!(r.unfinished, vec!["OPEN#0".to_string()]);
+    let (_, calls) = w.sweep(&tight).await;
+    assert_eq!(calls, vec![format!("close {}", ids[2]), format!("close {}", ids[3])], "continued, not restarted");
+    let (r, calls) = w.sweep(&tight).await;
+    assert_eq!(calls, vec![format!("close {}", ids[4])]);
+    assert!(r.unfinished.is_empty(), "finished: the next run starts from the top");
+    let (_, calls) = w.sweep(&cfg()).await;
+    assert_eq!(calls.len(), 5, "still open, so all found again from the top");
+}
+
+#[tokio::test]
+async fn lowering_the_shard_count_strands_nothing_while_the_sweep_covers_the_old_count() {
+    let table = fresh_table(&dynamodb_local().await).await;
+    let old = World::with_store(table.clone().with_shards(DueShards { count: 8, sweep_count: 8 })).await;
+    let mut ids: Vec<OrderId> = Vec::new();
+    for _ in 0..24 {
+        ids.push(old.order().await.order_id);
+    }
+    let spread: std::collections::HashSet<_> = ids.iter().map(|id| keys::shard_of(id, 8)).collect();
+    assert!(spread.iter().any(|s| *s >= 2), "some orders sit in shards 2..8");
+    old.clock.set(T0 + 120_000);
+
+    // Redeployed with 2 write shards; the sweep still covers 8.
+    let new = World { store: table.clone().with_shards(DueShards { count: 2, sweep_count: 8 }), ..old };
+    let (_, calls) = new.sweep(&cfg()).await;
+    assert_eq!(calls.len(), 24, "every order written under the old count is found");
+    // Lowering both at once would have stranded the orders in shards 2..8.
+    let wrong = World { store: table.with_shards(DueShards { count: 2, sweep_count: 2 }), ..new };
+    let (_, calls) = wrong.sweep(&cfg()).await;
+    assert!(calls.len() < 24, "the documented mistake is real: {} of 24 found", calls.len());
+}
+
+#[test]
+fn a_burst_with_one_expire_at_spreads_over_every_shard() {
+    let ids = RandomIds;
+    let now = Timestamp::from_unix_millis(T0);
+    let mut per_shard = HashMap::new();
+    for _ in 0..16_000 {
+        let id = OrderId::parse(ids.new_id("ord", now)).unwrap();
+        *per_shard.entry(keys::shard_of(&id, 16)).or_insert(0u32) += 1;
+    }
+    assert_eq!(per_shard.len(), 16);
+    let (min, max) = (per_shard.values().min().unwrap(), per_shard.values().max().unwrap());
+    // 1,000 expected per shard; a hot partition would be far outside this.
+    assert!(*min > 850 && *max < 1150, "per-shard counts {per_shard:?}");
+}
+
+#[tokio::test]
+async fn a_sweep_over_ten_thousand_closed_orders_reads_only_what_is_due() {
+    let w = World::new().await;
+    // 10,000 final orders as the store leaves them once their effects are
+    // done (out of the index), written in batches, plus 50 open ones not due.
+    let client = w.store.client().clone();
+    let table = w.store.table().to_owned();
+    let mut writes = Vec::new();
+    for i in 0..10_000 {
+        let mut item = HashMap::new();
+        item.insert("pk".to_string(), Av::S(format!("ORDER#ord_closed{i:05}")));
+        item.insert("sk".to_string(), Av::S("ORDER".into()));
+        item.insert("entity".to_string(), Av::S("ORDER".into()));
+        item.insert("status".to_string(), Av::S("CLOSED".into()));
+        item.insert("expire_at".to_string(), Av::S("2020-01-01T00:00:00.000Z".into()));
+        writes.push(
+            WriteRequest::builder().put_request(PutRequest::builder().set_item(Some(item)).build().unwrap()).build(),
+        );
+    }
+    for group in writes.chunks(25 * 16) {
+        let puts = group.chunks(25).map(|chunk| {
+            let (client, table) = (client.clone(), table.clone());
+            let chunk = chunk.to_vec();
+            async move {
+                let mut pending = HashMap::from([(table, chunk)]);
+                while !pending.is_empty() {
+                    let out = client.batch_write_item().set_request_items(Some(pending)).send().await.unwrap();
+                    pending =
+                        out.unprocessed_items.unwrap_or_default().into_iter().filter(|(_, v)| !v.is_empty()).collect();
+                }
+            }
+        });
+        futures_util::future::join_all(puts).await;
+    }
+    for _ in 0..50 {
+        w.order().await;
+    }
+    let (r, calls) = w.sweep(&cfg()).await;
+    assert!(calls.is_empty());
+    assert_eq!(r.queries as usize, r.shards, "one query per shard");
+    assert_eq!(r.items_read, 0, "nothing due: no item read, whatever the table holds");
+    println!(
+        "sweep over 10,000 closed + 50 open orders, none due: {} queries, {} items read, {} RCU",
+        r.queries, r.items_read, r.consumed_capacity
+    );
+}
+
+#[tokio::test]
+async fn duplicate_reminders_for_a_held_order_leave_one_reminder_chain() {
+    let w = World::new().await;
+    let o = w.order().await;
+    let a = w.with_attempt(&o).await;
+    w.channel.answer(&a.payment_id, None); // the channel times out: held
+    w.clock.set(T0 + 60_000);
+    let first = w.closer().close(&o.order_id, "r1").await.unwrap();
+    assert!(matches!(first, CloseOutcome::RemindedLater { why: "payment state unknown", .. }), "{first:?}");
+    // Three duplicates (the schedule, the sweep, a redelivery) arrive
+    // before the held order's own reminder is due: each ends.
+    for owner in ["r2", "r3", "r4"] {
+        w.clock.set(T0 + 61_000);
+        assert_eq!(w.closer().close(&o.order_id, owner).await.unwrap(), CloseOutcome::LeftToLeaseHolder);
+    }
+    assert_eq!(w.reminders.0.lock().unwrap().len(), 1, "one chain: only the holder's reminder is queued");
+    // The chain's reminder resumes, holds again, and queues exactly one more.
+    w.clock.set(T0 + 65_000);
+    let again = w.closer().close(&o.order_id, "r1b").await.unwrap();
+    assert!(matches!(again, CloseOutcome::RemindedLater { .. }), "{again:?}");
+    assert_eq!(w.reminders.0.lock().unwrap().len(), 2);
+    let rec = w.store.order(&o.order_id).await.unwrap().unwrap();
+    assert_eq!(rec.status, OrderStatus::Closing, "never released while unknown");
+    // The held order is due for the sweep when its hold ends, not before.
+    let (shard, due_at) = w.index_entry(&o.order_id).await.unwrap();
+    assert!(shard.starts_with("OPEN#"));
+    assert_eq!(due_at, rec.closing.unwrap().lease_until.to_string());
+}
+
+#[tokio::test]
+async fn a_close_run_out_of_time_holds_the_order_keeps_its_lease_and_sends_its_reminder() {
+    let w = World::new().await;
+    let o = w.order().await;
+    let a = w.with_attempt(&o).await;
+    w.channel.answer(&a.payment_id, Some(ChannelPayment::Failed));
+    w.clock.set(T0 + 60_000);
+    let closer = CloseOrder { budget: Duration::ZERO, ..w.closer() };
+    let out = closer.close(&o.order_id, "slow").await.unwrap();
+    assert!(matches!(out, CloseOutcome::RemindedLater { why: "payment state unknown", .. }), "{out:?}");
+    let held = w.store.order(&o.order_id).await.unwrap().unwrap();
+    assert_eq!(held.status, OrderStatus::Closing);
+    assert_eq!(held.closing.unwrap().owner, "slow", "the lease is kept by the run that held");
+    assert_eq!(w.reminders.0.lock().unwrap().len(), 1);
+    // With time, the next run finds the attempt failed and closes.
+    w.clock.set(T0 + 66_000);
+    assert_eq!(w.closer().close(&o.order_id, "next").await.unwrap(), CloseOutcome::Closed);
+}
+
+#[tokio::test]
+async fn reading_an_overdue_order_says_so_and_sends_one_reminder_without_writing_its_status() {
+    let w = World::new().await;
+    let o = w.order().await;
+    let view = get_order(&w.store, &w.reminders, &w.clock, o.order_id.as_str(), false).await.unwrap();
+    assert_eq!(view["expired_awaiting_close"], false);
+    w.clock.set(T0 + 61_000);
+    for _ in 0..3 {
+        let view = get_order(&w.store, &w.reminders, &w.clock, o.order_id.as_str(), false).await.unwrap();
+        assert_eq!(view["expired_awaiting_close"], true);
+        assert_eq!(view["status"], "PENDING_PAYMENT");
+    }
+    assert_eq!(w.reminders.0.lock().unwrap().len(), 1, "one reminder however often it is read");
+    let after = w.store.order(&o.order_id).await.unwrap().unwrap();
+    assert_eq!((after.status, after.version), (o.status, o.version), "no status or version write on a read");
+    w.clock.set(T0 + 125_000);
+    get_order(&w.store, &w.reminders, &w.clock, o.order_id.as_str(), false).await.unwrap();
+    assert_eq!(w.reminders.0.lock().unwrap().len(), 2, "a minute later, one more");
+}
+
+#[tokio::test]
+async fn a_force_check_runs_the_close_use_case_and_records_who_asked_and_what_it_found() {
+    let w = World::new().await;
+    let o = w.order().await;
+    w.clock.set(T0 + 30_000);
+    let early = force_check(&w.closer(), o.order_id.as_str(), "arn:aws:iam::1:user/ops").await.unwrap();
+    assert_eq!((early["found"].as_str(), early["outcome"].as_str()), (Some("PENDING_PAYMENT"), Some("reminded_later")));
+    w.clock.set(T0 + 61_000);
+    let v = force_check(&w.closer(), o.order_id.as_str(), "arn:aws:iam::1:user/ops").await.unwrap();
+    assert_eq!(v["outcome"], "closed");
+    assert_eq!(v["status"], "CLOSED");
+    let again = force_check(&w.closer(), o.order_id.as_str(), "arn:aws:iam::1:role/oncall").await.unwrap();
+    assert_eq!((again["found"].as_str(), again["outcome"].as_str()), (Some("CLOSED"), Some("already_final")));
+    let order = w.store.order(&o.order_id).await.unwrap().unwrap();
+    let who: Vec<_> = order.checks.iter().map(|c| (c.by.as_str(), c.outcome.as_str())).collect();
+    assert_eq!(
+        who,
+        [
+            ("arn:aws:iam::1:user/ops", "reminded_later"),
+            ("arn:aws:iam::1:user/ops", "closed"),
+            ("arn:aws:iam::1:role/oncall", "already_final")
+        ]
+    );
+    assert_eq!(order.history.iter().filter(|h| h.to == OrderStatus::Closed).count(), 1);
+    let err = force_check(&w.closer(), "ord_nope", "x").await.unwrap_err();
+    assert!(
+        matches!(err, order_core::error::ApiError::Refused { kind: order_core::error::Kind::NotFound, .. }),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_new_payment_window_leaves_existing_orders_expire_at_and_rule_alone() {
+    let w = World::new().await;
+    let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
+    let before = w.creator(WINDOW, "window-60s").execute(Some("k1"), body.to_string().as_bytes()).await.unwrap().order;
+    // "Redeployed" with a ten-minute window.
+    let redeployed = w.creator(Duration::from_secs(600), "window-600s");
+    let after = redeployed.execute(Some("k2"), body.to_string().as_bytes()).await.unwrap().order;
+    let stored = w.store.order(&before.order_id).await.unwrap().unwrap();
+    assert_eq!(stored.expire_at, Timestamp::from_unix_millis(T0 + 60_000));
+    assert_eq!(stored.expiry_rule_version, "window-60s");
+    assert_eq!(after.expire_at, Timestamp::from_unix_millis(T0 + 600_000));
+    assert_eq!(after.expiry_rule_version, "window-600s");
+    // The old order still closes at its own expiry, whatever the config says now.
+    w.clock.set(T0 + 60_000);
+    assert_eq!(w.closer().close(&before.order_id, "t").await.unwrap(), CloseOutcome::Closed);
+    assert!(matches!(w.closer().close(&after.order_id, "t").await.unwrap(), CloseOutcome::RemindedLater { .. }));
+}
