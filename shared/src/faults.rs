@@ -8,8 +8,9 @@
 //! - `fault-crash-closer-…`: the first close run that claims CLOSING stops
 //!   right there, as if the process died (its message is gone too); only
 //!   the lease running out and the sweep bring the order back.
-//! - `fault-release-until-<unix seconds>-…`: releasing the order fails until
-//!   that time, on every path (stream and sweep).
+//! - `fault-release-until-<unix seconds>-…`: the order's CLOSED stream record
+//!   is lost (the release function skips it, as if its retries ran out), and
+//!   the sweep's re-drives fail until that time.
 //! - `fault-no-wakeup-…`: the order's wake-up is never created (as if the
 //!   Scheduler was down and the stream record was given up): only a read
 //!   (lazy expiry), an operator check or the sweep can close it.

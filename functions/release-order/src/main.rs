@@ -16,6 +16,13 @@ async fn main() -> Result<(), Error> {
         Ok::<_, Error>(
             each_stream_record(event.payload, |record| async move {
                 let order = order_of(&record)?;
+                if order_core::faults::active()
+                    .release_fails(&order, order_core::ports::Clock::now(&SystemClock))
+                    .is_some()
+                {
+                    tracing::warn!(order_id = %order.order_id, "fault injection: CLOSED record lost");
+                    return Ok(());
+                }
                 release_order(store, &SystemClock, &order.order_id).await.map_err(|e| e.to_string())?;
                 Ok::<_, String>(())
             })

@@ -32,8 +32,10 @@ pub async fn get_order<S: OrderStore, Q: CloseReminders>(
     // What the buyer can show: the window is over, the order is being
     // closed (or, if a payment is found meanwhile, paid).
     view["expired_awaiting_close"] = json!(overdue);
-    if overdue && order.status == OrderStatus::PendingPayment {
-        // A CLOSING order already has a closer (and the sweep behind it).
+    if overdue && order.status == OrderStatus::PendingPayment && !admin {
+        // A CLOSING order already has a closer (and the sweep behind it); an
+        // operator's look changes nothing (the force-check is the route
+        // that acts).
         match store.note_lazy_reminder(order, now, LAZY_REMINDER_EVERY).await {
             Ok(Cas::Applied) => match reminders.remind_later(&order.order_id, Duration::ZERO).await {
                 Ok(()) => {

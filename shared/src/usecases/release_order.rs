@@ -44,9 +44,6 @@ pub async fn release_order<S: OrderStore>(
         report.refused += 1;
         return Ok(report);
     }
-    if let Some(why) = crate::faults::active().release_fails(&record.order, clock.now()) {
-        return Err(Unavailable::new("release order", why));
-    }
     for r in &record.reservations {
         match store.release_reservation(order_id, r, clock.now()).await? {
             Ok(Step::Moved(_)) => {
@@ -203,7 +200,11 @@ where
     W: WakeUpScheduler,
     C: PaymentChannel,
 {
-    match store.order(order_id).await?.map(|o| o.status) {
+    let order = store.order(order_id).await?;
+    if let Some(why) = order.as_ref().and_then(|o| crate::faults::active().release_fails(o, clock.now())) {
+        return Err(Unavailable::new("release order", why));
+    }
+    match order.map(|o| o.status) {
         Some(OrderStatus::Closed) => release_order(store, clock, order_id).await,
         Some(OrderStatus::Paid) => settle_order(store, wakeups, channel, clock, order_id).await,
         other => {

@@ -41,10 +41,11 @@ pub async fn schedule_wake_up<W: WakeUpScheduler, Q: CloseReminders>(
     expire_at: Timestamp,
 ) -> Result<WakeUp, Unavailable> {
     let now = clock.now();
-    let wake_at = wake_up_time(expire_at);
-    if now.until(wake_at) < DIRECT_REMINDER_WITHIN {
-        // The wake-up would be now or past: remind directly, delayed to
-        // `expire_at` itself (at most two minutes, within SQS's 15).
+    // A schedule closer than a few seconds may never fire; a short window
+    // (tests, demos) is woken as early as that allows.
+    let wake_at = wake_up_time(expire_at).max(now.plus(DIRECT_REMINDER_WITHIN));
+    if wake_at >= expire_at {
+        // Due within seconds: remind directly, delayed to `expire_at`.
         let left = now.until(expire_at);
         reminders.remind_later(order_id, left).await?;
         info!(after_ms = left.as_millis() as u64, "due within seconds: reminded directly");
@@ -95,12 +96,18 @@ mod tests {
         let expire = Timestamp::from_unix_millis(340_000);
         let r = schedule_wake_up(&calls, &calls, &At(0), &id, expire).await.unwrap();
         assert_eq!(r, WakeUp::Scheduled(Scheduled::Created));
-        // Within 10 s of the wake-up time: a direct reminder to expire_at.
+        // Past the early wake-up time: as early as a schedule can be.
         let r = schedule_wake_up(&calls, &calls, &At(235_000), &id, expire).await.unwrap();
-        assert_eq!(r, WakeUp::Reminded(Duration::from_secs(105)));
+        assert_eq!(r, WakeUp::Scheduled(Scheduled::Created));
+        // Due within 10 s: a direct reminder delayed to expire_at.
+        let r = schedule_wake_up(&calls, &calls, &At(335_000), &id, expire).await.unwrap();
+        assert_eq!(r, WakeUp::Reminded(Duration::from_secs(5)));
         let r = schedule_wake_up(&calls, &calls, &At(500_000), &id, expire).await.unwrap();
         assert_eq!(r, WakeUp::Reminded(Duration::ZERO));
-        assert_eq!(*calls.0.lock().unwrap(), ["schedule 1970-01-01T00:04:00.000Z", "remind 105", "remind 0"]);
+        assert_eq!(
+            *calls.0.lock().unwrap(),
+            ["schedule 1970-01-01T00:04:00.000Z", "schedule 1970-01-01T00:04:05.000Z", "remind 5", "remind 0"]
+        );
     }
 
     #[test]
