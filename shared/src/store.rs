@@ -271,8 +271,10 @@ pub trait PaymentStore: Send + Sync {
     async fn refund(&self, order_id: &OrderId, payment_id: &PaymentId) -> Result<Option<Refund>, Unavailable>;
 
     /// Moves a refund from the status it was read in (`refund.status`) to
-    /// `to` — REFUNDED, REFUND_FAILED, or the same status with a failed try
-    /// counted (`error`). Rejected if the status changed meanwhile.
+    /// `to` — REFUNDED, REFUND_FAILED, or the same status — and with `error`
+    /// counts a failed try. Rejected if the status changed meanwhile or,
+    /// when counting, if `tries` is no longer `refund.tries`. Leaving
+    /// REFUND_PENDING also takes the refund out of the due index.
     async fn update_refund(
         &self,
         refund: &Refund,
@@ -281,6 +283,12 @@ pub trait PaymentStore: Send + Sync {
         error: Option<&str>,
         now: Timestamp,
     ) -> Result<Cas, Unavailable>;
+
+    /// The backstop's re-drive of a REFUND_PENDING refund: pushes its
+    /// `due_at` to `now + REFUND_REDRIVE_AFTER`, so the sweep that re-sends
+    /// it to the refund queue finds it again only after a whole retry
+    /// budget. Rejected if the refund is not REFUND_PENDING any more.
+    async fn redrive_refund(&self, refund: &Refund, now: Timestamp) -> Result<Cas, Unavailable>;
 
     /// Every order in the table, page by page (reconciliation).
     async fn scan_order_records(&self) -> Result<Vec<OrderRecord>, Unavailable>;

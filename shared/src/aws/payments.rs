@@ -8,6 +8,7 @@ use crate::domain::payment;
 use crate::domain::*;
 use crate::ports::Unavailable;
 use crate::store::*;
+use crate::usecases::refunds::REFUND_REDRIVE_AFTER;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{
     AttributeValue as Av, ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
@@ -233,6 +234,11 @@ impl PaymentStore for DynamoStore {
                     let mut item: Item = serde_dynamo::to_item(&refund).expect("serialisable");
                     item.extend(key(keys::order(&order.order_id), &keys::refund_sk(&payment.payment_id)));
                     item.insert("entity".into(), s("REFUND"));
+                    // The backstop entry (infra/data-model.md, due index): if
+                    // the stream record or the queue message that should
+                    // drive this refund is lost, the sweep finds it here.
+                    item.insert("due_shard".into(), s(keys::effects_shard(&order.order_id, self.shards().count)));
+                    item.insert("due_at".into(), s(now.plus(REFUND_REDRIVE_AFTER).to_string()));
                     refund_at = Some(items.len());
                     items.push(put(self.table(), item, Some("attribute_not_exists(pk)")));
                 }
@@ -293,11 +299,19 @@ impl PaymentStore for DynamoStore {
             .update_item()
             .table_name(self.table())
             .set_key(Some(key(keys::order(&refund.order_id), &keys::refund_sk(&refund.payment_id))))
-            // Compare-and-swap on the state the caller read.
-            .condition_expression("#status = :from")
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":from", s(refund.status.as_str()))
             .expression_attribute_values(":now", s(now.to_string()));
+        // Compare-and-swap on the state the caller read. A counted try also
+        // compares the count it read, so that two deliveries of the same
+        // refund cannot both count one try (nor both record a give-up).
+        if error.is_some() {
+            u = u
+                .condition_expression("#status = :from AND tries = :tries")
+                .expression_attribute_values(":tries", n(refund.tries));
+        } else {
+            u = u.condition_expression("#status = :from");
+        }
         let mut set = vec!["updated_at = :now"];
         if to != refund.status {
             set.push("#status = :to");
@@ -314,8 +328,28 @@ impl PaymentStore for DynamoStore {
             set.push("tries = tries + :one, last_error = :err");
             u = u.expression_attribute_values(":one", n(1)).expression_attribute_values(":err", s(e));
         }
-        u = u.update_expression(format!("SET {}", set.join(", ")));
+        // Out of REFUND_PENDING the refund leaves the due index in the same
+        // write: nothing is left for the backstop to re-drive.
+        let remove = if to == RefundStatus::RefundPending { "" } else { " REMOVE due_shard, due_at" };
+        u = u.update_expression(format!("SET {}{remove}", set.join(", ")));
         self.cas(u, "update refund").await
+    }
+
+    async fn redrive_refund(&self, refund: &Refund, now: Timestamp) -> Result<Cas, Unavailable> {
+        let req = self
+            .client()
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(key(keys::order(&refund.order_id), &keys::refund_sk(&refund.payment_id))))
+            // A refund created before the backstop existed has no shard yet;
+            // re-driving it puts it under the sweep from now on.
+            .update_expression("SET due_at = :due, due_shard = if_not_exists(due_shard, :shard)")
+            .condition_expression("#status = :pending")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":pending", s(RefundStatus::RefundPending.as_str()))
+            .expression_attribute_values(":due", s(now.plus(REFUND_REDRIVE_AFTER).to_string()))
+            .expression_attribute_values(":shard", s(keys::effects_shard(&refund.order_id, self.shards().count)));
+        self.cas(req, "redrive refund").await
     }
 
     async fn scan_order_records(&self) -> Result<Vec<OrderRecord>, Unavailable> {

@@ -6,7 +6,7 @@ use crate::aws::dynamo::DynamoStore;
 use crate::aws::sandbox::ConfiguredChannel;
 use crate::domain::{OrderId, PaymentId};
 use crate::ports::Clock;
-use crate::usecases::refunds::{mark_refund_failed, process_refund, RefundOutcome};
+use crate::usecases::refunds::{process_refund, RefundOutcome};
 use aws_lambda_events::event::dynamodb::Event as StreamEvent;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::Error;
@@ -76,7 +76,10 @@ async fn sqs(w: &RefundWorker, event: SqsEvent) -> SqsBatchResponse {
             .await
             .map_err(|e| e.to_string())?
         {
-            RefundOutcome::Refunded | RefundOutcome::AlreadyDone | RefundOutcome::NotFound => Ok(()),
+            RefundOutcome::Refunded
+            | RefundOutcome::AlreadyDone
+            | RefundOutcome::NotFound
+            | RefundOutcome::Superseded => Ok(()),
             RefundOutcome::RetryAfter(after) => {
                 // Failing the message with a longer visibility is the
                 // backoff: SQS redelivers it after `after`.
@@ -96,16 +99,18 @@ async fn sqs(w: &RefundWorker, event: SqsEvent) -> SqsBatchResponse {
                 Err(format!("refund try failed; retrying in {} s", after.as_secs()))
             }
             RefundOutcome::GiveUp(refund) => {
-                // Dead letter first, then the record: a failure in between
-                // leaves the refund PENDING and this message retried.
+                // The refund is already REFUND_FAILED, recorded by the one
+                // delivery whose conditional write applied: this one. If the
+                // dead letter cannot be sent, the message fails and comes
+                // back; that delivery finds REFUND_FAILED, tries once more
+                // and, failing, gives up (and dead-letters) again.
                 w.sqs
                     .send_message()
                     .queue_url(&w.dlq_url)
                     .message_body(body)
                     .send()
                     .await
-                    .map_err(|e| format!("move refund to the dead-letter queue: {e}"))?;
-                mark_refund_failed(&w.store, w.clock.as_ref(), &refund).await.map_err(|e| e.to_string())?;
+                    .map_err(|e| format!("move refund of {} to the dead-letter queue: {e}", refund.payment_id))?;
                 Ok(())
             }
         }
