@@ -95,6 +95,25 @@ pub struct Stock {
     pub reserved: i64,
 }
 
+/// A row reconciliation could not decode. It is skipped and reported by
+/// its key, so that one bad row neither hides the rest of the table nor
+/// goes unnoticed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UndecodableRow {
+    pub pk: String,
+    pub sk: String,
+    pub error: String,
+}
+
+/// What reconciliation reads of the table: every order with what it holds,
+/// every SKU's stock row, and the rows that could not be decoded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableSnapshot {
+    pub orders: Vec<OrderRecord>,
+    pub stocks: Vec<Stock>,
+    pub undecodable: Vec<UndecodableRow>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Coupon {
     pub coupon_id: CouponId,
@@ -290,6 +309,13 @@ pub trait PaymentStore: Send + Sync {
     /// budget. Rejected if the refund is not REFUND_PENDING any more.
     async fn redrive_refund(&self, refund: &Refund, now: Timestamp) -> Result<Cas, Unavailable>;
 
-    /// Every order in the table, page by page (reconciliation).
+    /// Every order in the table, page by page. Fails on the first row it
+    /// cannot decode; reconciliation uses [`Self::scan_snapshot`].
     async fn scan_order_records(&self) -> Result<Vec<OrderRecord>, Unavailable>;
+
+    /// Every order record and every stock row, page by page, for
+    /// reconciliation. A row that does not decode is skipped and listed in
+    /// `undecodable` (an order row takes its whole order with it); only the
+    /// store failing to answer is an error.
+    async fn scan_snapshot(&self) -> Result<TableSnapshot, Unavailable>;
 }

@@ -6,6 +6,7 @@ use super::dynamo::{key, keys, n, s, status_in, DynamoStore, Item};
 use crate::domain::order::{self, on_payment_success, OrderEvent, PaymentSuccessOutcome};
 use crate::domain::payment;
 use crate::domain::*;
+use crate::error::error_chain;
 use crate::ports::Unavailable;
 use crate::store::*;
 use crate::usecases::refunds::REFUND_REDRIVE_AFTER;
@@ -377,5 +378,53 @@ impl PaymentStore for DynamoStore {
             }
         }
         by_order.into_values().filter_map(|items| DynamoStore::assemble(items).transpose()).collect()
+    }
+
+    async fn scan_snapshot(&self) -> Result<TableSnapshot, Unavailable> {
+        let mut by_order: std::collections::BTreeMap<String, Vec<Item>> = Default::default();
+        let mut snapshot = TableSnapshot::default();
+        let row_key = |item: &Item, attr: &str| item.get(attr).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+        let undecodable = |item: &Item, e: &dyn std::error::Error| UndecodableRow {
+            pk: row_key(item, "pk"),
+            sk: row_key(item, "sk"),
+            error: error_chain(e),
+        };
+        let mut start = None;
+        loop {
+            let out = self
+                .client()
+                .scan()
+                .table_name(self.table())
+                .filter_expression("begins_with(pk, :o) OR (begins_with(pk, :sku) AND sk = :stock)")
+                .expression_attribute_values(":o", s("ORDER#"))
+                .expression_attribute_values(":sku", s("SKU#"))
+                .expression_attribute_values(":stock", s(keys::STOCK_SK))
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| Unavailable::new("scan for reconciliation", e))?;
+            for item in out.items.unwrap_or_default() {
+                let pk = row_key(&item, "pk");
+                if pk.starts_with("SKU#") {
+                    match serde_dynamo::from_item::<_, Stock>(item.clone()) {
+                        Ok(stock) => snapshot.stocks.push(stock),
+                        Err(e) => snapshot.undecodable.push(undecodable(&item, &e)),
+                    }
+                } else {
+                    by_order.entry(pk).or_default().push(item);
+                }
+            }
+            match out.last_evaluated_key {
+                Some(k) => start = Some(k),
+                None => break,
+            }
+        }
+        for items in by_order.into_values() {
+            let (record, bad) = DynamoStore::assemble_tolerant(items);
+            snapshot.orders.extend(record);
+            snapshot.undecodable.extend(bad.iter().map(|(item, e)| undecodable(item, e)));
+        }
+        Ok(snapshot)
     }
 }

@@ -11,6 +11,7 @@
 //! makes the extra channel calls harmless.
 
 use crate::domain::*;
+use crate::error::error_chain;
 use crate::metrics;
 use crate::ports::{Clock, PaymentChannel, RefundResult, Unavailable};
 use crate::store::{Cas, PaymentStore, Refund};
@@ -146,18 +147,6 @@ async fn count_failed_try<S: PaymentStore>(
     warn!(tries, error = %failure, "refund try failed; will retry");
     metrics::count("RefundRetry", 1);
     Ok(RefundOutcome::RetryAfter(backoff(tries)))
-}
-
-/// `error: cause: cause …`, so a stored `last_error` keeps why it failed.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }
 
 #[cfg(test)]
