@@ -1,10 +1,12 @@
 //! The refund worker's two triggers, told apart by their event source.
 
-use super::batch::{each_sqs_message, each_stream_record};
+use super::batch::{each_sqs_message, each_stream_record, RecordError};
 use super::streams::refund_ids_of;
 use crate::aws::dynamo::DynamoStore;
+use crate::aws::queue::SqsDeadLetters;
 use crate::aws::sandbox::ConfiguredChannel;
 use crate::domain::{OrderId, PaymentId};
+use crate::error::error_chain;
 use crate::ports::Clock;
 use crate::usecases::refunds::{process_refund, RefundOutcome};
 use aws_lambda_events::event::dynamodb::Event as StreamEvent;
@@ -20,6 +22,8 @@ pub struct RefundWorker {
     pub sqs: aws_sdk_sqs::Client,
     pub queue_url: String,
     pub dlq_url: String,
+    /// Where stream records that can never be processed are set aside.
+    pub stream_dead_letters: SqsDeadLetters,
     pub clock: Box<dyn Clock>,
 }
 
@@ -34,7 +38,7 @@ pub async fn handle(w: &RefundWorker, event: Value) -> Result<Value, Error> {
     match source.as_str() {
         "aws:dynamodb" => {
             let event: StreamEvent = serde_json::from_value(event)?;
-            let resp = each_stream_record(event, |record| async move {
+            let resp = each_stream_record(event, &w.stream_dead_letters, |record| async move {
                 let (order_id, payment_id) = refund_ids_of(&record)?;
                 let body = serde_json::to_string(&RefundMessage { order_id, payment_id }).expect("serialisable");
                 w.sqs
@@ -43,8 +47,8 @@ pub async fn handle(w: &RefundWorker, event: Value) -> Result<Value, Error> {
                     .message_body(body)
                     .send()
                     .await
-                    .map_err(|e| format!("enqueue refund: {e}"))?;
-                Ok::<_, String>(())
+                    .map_err(|e| RecordError::Transient(format!("enqueue refund: {}", error_chain(&e))))?;
+                Ok(())
             })
             .await;
             Ok(serde_json::to_value(resp)?)
