@@ -52,18 +52,6 @@ impl CloseReminders for SqsCloseReminders {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn delays_round_up_and_cap_at_fifteen_minutes() {
-        assert_eq!(delay_seconds(Duration::from_millis(1)), 1);
-        assert_eq!(delay_seconds(Duration::from_millis(2000)), 2);
-        assert_eq!(delay_seconds(Duration::from_secs(3600)), 900);
-    }
-}
-
 /// The stream consumers' dead-letter queue (`STREAM_DEAD_LETTER_QUEUE_URL`).
 pub struct SqsDeadLetters {
     client: Client,
@@ -91,5 +79,17 @@ impl DeadLetters for SqsDeadLetters {
             .await
             .map_err(|e| Unavailable::new("send to the stream dead-letter queue", e))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_round_up_and_cap_at_fifteen_minutes() {
+        assert_eq!(delay_seconds(Duration::from_millis(1)), 1);
+        assert_eq!(delay_seconds(Duration::from_millis(2000)), 2);
+        assert_eq!(delay_seconds(Duration::from_secs(3600)), 900);
     }
 }
