@@ -78,7 +78,7 @@ async fn sqs(w: &RefundWorker, event: SqsEvent) -> SqsBatchResponse {
         };
         match process_refund(&w.store, &w.channel, w.clock.as_ref(), &msg.order_id, &msg.payment_id)
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(|e| error_chain(&e))?
         {
             RefundOutcome::Refunded
             | RefundOutcome::AlreadyDone
