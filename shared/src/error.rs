@@ -54,3 +54,26 @@ pub fn json_object(body: &[u8]) -> Result<serde_json::Map<String, serde_json::Va
         Err(e) => Err(ApiError::invalid(format!("body is not valid JSON: {e}"))),
     }
 }
+
+/// `error: cause: cause …`: an error with its whole source chain, for logs
+/// and for stored fields such as a refund's `last_error`, where the
+/// outermost message alone (often "service error") says too little.
+///
+/// ```
+/// let e = order_core::ports::Unavailable::new("read refund", std::io::Error::other("timed out"));
+/// assert_eq!(order_core::error::error_chain(&e), "read refund: timed out");
+/// ```
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        // Wrappers such as `Unavailable` already print their source.
+        let text = s.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}

@@ -87,6 +87,15 @@ pub trait CloseReminders: Send + Sync {
     async fn remind_later(&self, order_id: &OrderId, after: Duration) -> Result<(), Unavailable>;
 }
 
+/// Where a trigger puts what it can never process (a stream record that
+/// does not decode), so that the rest of its batch can go on and a person
+/// can look at it.
+#[async_trait]
+pub trait DeadLetters: Send + Sync {
+    /// Stores `body` (the record's JSON) durably, or fails.
+    async fn set_aside(&self, body: String) -> Result<(), Unavailable>;
+}
+
 /// What the payment channel says about one payment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChannelPayment {

@@ -95,6 +95,25 @@ pub struct Stock {
     pub reserved: i64,
 }
 
+/// A row reconciliation could not decode. It is skipped and reported by
+/// its key, so that one bad row neither hides the rest of the table nor
+/// goes unnoticed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UndecodableRow {
+    pub pk: String,
+    pub sk: String,
+    pub error: String,
+}
+
+/// What reconciliation reads of the table: every order with what it holds,
+/// every SKU's stock row, and the rows that could not be decoded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableSnapshot {
+    pub orders: Vec<OrderRecord>,
+    pub stocks: Vec<Stock>,
+    pub undecodable: Vec<UndecodableRow>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Coupon {
     pub coupon_id: CouponId,
@@ -290,8 +309,10 @@ pub trait PaymentStore: Send + Sync {
     async fn refund(&self, order_id: &OrderId, payment_id: &PaymentId) -> Result<Option<Refund>, Unavailable>;
 
     /// Moves a refund from the status it was read in (`refund.status`) to
-    /// `to` — REFUNDED, REFUND_FAILED, or the same status with a failed try
-    /// counted (`error`). Rejected if the status changed meanwhile.
+    /// `to` — REFUNDED, REFUND_FAILED, or the same status — and with `error`
+    /// counts a failed try. Rejected if the status changed meanwhile or,
+    /// when counting, if `tries` is no longer `refund.tries`. Leaving
+    /// REFUND_PENDING also takes the refund out of the due index.
     async fn update_refund(
         &self,
         refund: &Refund,
@@ -301,8 +322,21 @@ pub trait PaymentStore: Send + Sync {
         now: Timestamp,
     ) -> Result<Cas, Unavailable>;
 
-    /// Every order in the table, page by page (reconciliation).
+    /// The backstop's re-drive of a REFUND_PENDING refund: pushes its
+    /// `due_at` to `now + REFUND_REDRIVE_AFTER`, so the sweep that re-sends
+    /// it to the refund queue finds it again only after a whole retry
+    /// budget. Rejected if the refund is not REFUND_PENDING any more.
+    async fn redrive_refund(&self, refund: &Refund, now: Timestamp) -> Result<Cas, Unavailable>;
+
+    /// Every order in the table, page by page. Fails on the first row it
+    /// cannot decode; reconciliation uses [`Self::scan_snapshot`].
     async fn scan_order_records(&self) -> Result<Vec<OrderRecord>, Unavailable>;
+
+    /// Every order record and every stock row, page by page, for
+    /// reconciliation. A row that does not decode is skipped and listed in
+    /// `undecodable` (an order row takes its whole order with it); only the
+    /// store failing to answer is an error.
+    async fn scan_snapshot(&self) -> Result<TableSnapshot, Unavailable>;
 }
 
 /// What a due-index entry points at (the index is KEYS_ONLY: its key says

@@ -3,6 +3,8 @@
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use order_core::aws::{dynamo::DynamoStore, sandbox::ConfiguredChannel, sdk_config};
 use order_core::handlers::reconcile::run_reconcile;
+use order_core::ports::SystemClock;
+use order_core::usecases::reconcile::Bounds;
 use serde_json::Value;
 
 #[tokio::main]
@@ -12,7 +14,10 @@ async fn main() -> Result<(), Error> {
     let dynamo = aws_sdk_dynamodb::Client::new(&config);
     let store = DynamoStore::from_env(dynamo.clone())?;
     let channel = ConfiguredChannel::from_env(dynamo);
-    let (store, ledger) = (&store, channel.sandbox());
-    lambda_runtime::run(service_fn(move |_: LambdaEvent<Value>| async move { run_reconcile(store, ledger).await }))
-        .await
+    let bounds = Bounds::from_env()?;
+    let (store, ledger, bounds) = (&store, channel.sandbox(), &bounds);
+    lambda_runtime::run(service_fn(move |_: LambdaEvent<Value>| async move {
+        run_reconcile(store, ledger, bounds, &SystemClock).await
+    }))
+    .await
 }

@@ -347,26 +347,51 @@ impl DynamoStore {
 impl DynamoStore {
     /// Builds an order record from the items of one order partition.
     pub(crate) fn assemble(items: Vec<Item>) -> Result<Option<OrderRecord>, Unavailable> {
+        let (record, bad) = Self::assemble_tolerant(items);
+        match bad.into_iter().next() {
+            Some((_, e)) => Err(e),
+            None => Ok(record),
+        }
+    }
+
+    /// Like [`Self::assemble`], but a row that does not decode is skipped
+    /// and handed back with its error (an undecodable order row leaves no
+    /// record at all: its rows cannot be checked against it).
+    pub(crate) fn assemble_tolerant(items: Vec<Item>) -> (Option<OrderRecord>, Vec<(Item, Unavailable)>) {
         let mut order = None;
         let mut reservations = Vec::new();
         let mut coupon_lock = None;
         let mut payments = Vec::new();
         let mut refunds = Vec::new();
+        let mut bad = Vec::new();
+        fn take<T: serde::de::DeserializeOwned>(
+            item: Item,
+            what: &'static str,
+            bad: &mut Vec<(Item, Unavailable)>,
+        ) -> Option<T> {
+            match serde_dynamo::from_item(item.clone()) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    bad.push((item, Unavailable::new(what, e)));
+                    None
+                }
+            }
+        }
         for item in items {
             match status_of(&item, "entity").as_deref() {
-                Some("ORDER") => order = Some(from_item(item, "decode order")?),
-                Some("RESERVATION") => reservations.push(from_item(item, "decode reservation")?),
-                Some("COUPON_LOCK") => coupon_lock = Some(from_item(item, "decode coupon lock")?),
-                Some("PAYMENT") => payments.push(from_item(item, "decode payment")?),
-                Some("REFUND") => refunds.push(from_item(item, "decode refund")?),
+                Some("ORDER") => order = take(item, "decode order", &mut bad),
+                Some("RESERVATION") => reservations.extend(take(item, "decode reservation", &mut bad)),
+                Some("COUPON_LOCK") => coupon_lock = take(item, "decode coupon lock", &mut bad).or(coupon_lock),
+                Some("PAYMENT") => payments.extend(take(item, "decode payment", &mut bad)),
+                Some("REFUND") => refunds.extend(take(item, "decode refund", &mut bad)),
                 _ => {}
             }
         }
-        Ok(order.map(|order| OrderRecord { order, reservations, coupon_lock, payments, refunds }))
+        (order.map(|order| OrderRecord { order, reservations, coupon_lock, payments, refunds }), bad)
     }
 }
 
-fn status_of(item: &Item, attr: &str) -> Option<String> {
+pub(crate) fn status_of(item: &Item, attr: &str) -> Option<String> {
     item.get(attr).and_then(|v| v.as_s().ok()).cloned()
 }
 

@@ -6,8 +6,10 @@ use super::dynamo::{key, keys, n, s, status_in, DynamoStore, Item};
 use crate::domain::order::{self, on_payment_success, OrderEvent, PaymentSuccessOutcome};
 use crate::domain::payment;
 use crate::domain::*;
+use crate::error::error_chain;
 use crate::ports::Unavailable;
 use crate::store::*;
+use crate::usecases::refunds::REFUND_REDRIVE_AFTER;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{
     AttributeValue as Av, ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
@@ -238,6 +240,11 @@ impl PaymentStore for DynamoStore {
                     let mut item: Item = serde_dynamo::to_item(&refund).expect("serialisable");
                     item.extend(key(keys::order(&order.order_id), &keys::refund_sk(&payment.payment_id)));
                     item.insert("entity".into(), s("REFUND"));
+                    // The backstop entry (infra/data-model.md, due index): if
+                    // the stream record or the queue message that should
+                    // drive this refund is lost, the sweep finds it here.
+                    item.insert("due_shard".into(), s(keys::effects_shard(&order.order_id, self.shards().count)));
+                    item.insert("due_at".into(), s(now.plus(REFUND_REDRIVE_AFTER).to_string()));
                     refund_at = Some(items.len());
                     items.push(put(self.table(), item, Some("attribute_not_exists(pk)")));
                 }
@@ -298,11 +305,19 @@ impl PaymentStore for DynamoStore {
             .update_item()
             .table_name(self.table())
             .set_key(Some(key(keys::order(&refund.order_id), &keys::refund_sk(&refund.payment_id))))
-            // Compare-and-swap on the state the caller read.
-            .condition_expression("#status = :from")
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":from", s(refund.status.as_str()))
             .expression_attribute_values(":now", s(now.to_string()));
+        // Compare-and-swap on the state the caller read. A counted try also
+        // compares the count it read, so that two deliveries of the same
+        // refund cannot both count one try (nor both record a give-up).
+        if error.is_some() {
+            u = u
+                .condition_expression("#status = :from AND tries = :tries")
+                .expression_attribute_values(":tries", n(refund.tries));
+        } else {
+            u = u.condition_expression("#status = :from");
+        }
         let mut set = vec!["updated_at = :now"];
         if to != refund.status {
             set.push("#status = :to");
@@ -319,8 +334,28 @@ impl PaymentStore for DynamoStore {
             set.push("tries = tries + :one, last_error = :err");
             u = u.expression_attribute_values(":one", n(1)).expression_attribute_values(":err", s(e));
         }
-        u = u.update_expression(format!("SET {}", set.join(", ")));
+        // Out of REFUND_PENDING the refund leaves the due index in the same
+        // write: nothing is left for the backstop to re-drive.
+        let remove = if to == RefundStatus::RefundPending { "" } else { " REMOVE due_shard, due_at" };
+        u = u.update_expression(format!("SET {}{remove}", set.join(", ")));
         self.cas(u, "update refund").await
+    }
+
+    async fn redrive_refund(&self, refund: &Refund, now: Timestamp) -> Result<Cas, Unavailable> {
+        let req = self
+            .client()
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(key(keys::order(&refund.order_id), &keys::refund_sk(&refund.payment_id))))
+            // A refund created before the backstop existed has no shard yet;
+            // re-driving it puts it under the sweep from now on.
+            .update_expression("SET due_at = :due, due_shard = if_not_exists(due_shard, :shard)")
+            .condition_expression("#status = :pending")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":pending", s(RefundStatus::RefundPending.as_str()))
+            .expression_attribute_values(":due", s(now.plus(REFUND_REDRIVE_AFTER).to_string()))
+            .expression_attribute_values(":shard", s(keys::effects_shard(&refund.order_id, self.shards().count)));
+        self.cas(req, "redrive refund").await
     }
 
     async fn scan_order_records(&self) -> Result<Vec<OrderRecord>, Unavailable> {
@@ -348,5 +383,53 @@ impl PaymentStore for DynamoStore {
             }
         }
         by_order.into_values().filter_map(|items| DynamoStore::assemble(items).transpose()).collect()
+    }
+
+    async fn scan_snapshot(&self) -> Result<TableSnapshot, Unavailable> {
+        let mut by_order: std::collections::BTreeMap<String, Vec<Item>> = Default::default();
+        let mut snapshot = TableSnapshot::default();
+        let row_key = |item: &Item, attr: &str| item.get(attr).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+        let undecodable = |item: &Item, e: &dyn std::error::Error| UndecodableRow {
+            pk: row_key(item, "pk"),
+            sk: row_key(item, "sk"),
+            error: error_chain(e),
+        };
+        let mut start = None;
+        loop {
+            let out = self
+                .client()
+                .scan()
+                .table_name(self.table())
+                .filter_expression("begins_with(pk, :o) OR (begins_with(pk, :sku) AND sk = :stock)")
+                .expression_attribute_values(":o", s("ORDER#"))
+                .expression_attribute_values(":sku", s("SKU#"))
+                .expression_attribute_values(":stock", s(keys::STOCK_SK))
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| Unavailable::new("scan for reconciliation", e))?;
+            for item in out.items.unwrap_or_default() {
+                let pk = row_key(&item, "pk");
+                if pk.starts_with("SKU#") {
+                    match serde_dynamo::from_item::<_, Stock>(item.clone()) {
+                        Ok(stock) => snapshot.stocks.push(stock),
+                        Err(e) => snapshot.undecodable.push(undecodable(&item, &e)),
+                    }
+                } else {
+                    by_order.entry(pk).or_default().push(item);
+                }
+            }
+            match out.last_evaluated_key {
+                Some(k) => start = Some(k),
+                None => break,
+            }
+        }
+        for items in by_order.into_values() {
+            let (record, bad) = DynamoStore::assemble_tolerant(items);
+            snapshot.orders.extend(record);
+            snapshot.undecodable.extend(bad.iter().map(|(item, e)| undecodable(item, e)));
+        }
+        Ok(snapshot)
     }
 }

@@ -1,7 +1,8 @@
-//! SQS adapter: close reminders put back with a delay.
+//! SQS adapters: close reminders put back with a delay; stream records set
+//! aside on a dead-letter queue.
 
 use crate::domain::OrderId;
-use crate::ports::{CloseReminders, Unavailable};
+use crate::ports::{CloseReminders, DeadLetters, Unavailable};
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use std::time::Duration;
@@ -91,6 +92,36 @@ impl CloseReminders for SqsCloseReminders {
             .send()
             .await
             .map_err(|e| Unavailable::new("send close reminder", e))?;
+        Ok(())
+    }
+}
+
+/// The stream consumers' dead-letter queue (`STREAM_DEAD_LETTER_QUEUE_URL`).
+pub struct SqsDeadLetters {
+    client: Client,
+    queue_url: String,
+}
+
+impl SqsDeadLetters {
+    pub fn new(client: Client, queue_url: String) -> Self {
+        Self { client, queue_url }
+    }
+    /// From the SDK configuration and `STREAM_DEAD_LETTER_QUEUE_URL`.
+    pub fn from_env(config: &aws_config::SdkConfig) -> Result<Self, lambda_runtime::Error> {
+        Ok(Self::new(Client::new(config), super::env("STREAM_DEAD_LETTER_QUEUE_URL")?))
+    }
+}
+
+#[async_trait]
+impl DeadLetters for SqsDeadLetters {
+    async fn set_aside(&self, body: String) -> Result<(), Unavailable> {
+        self.client
+            .send_message()
+            .queue_url(&self.queue_url)
+            .message_body(body)
+            .send()
+            .await
+            .map_err(|e| Unavailable::new("send to the stream dead-letter queue", e))?;
         Ok(())
     }
 }

@@ -8,6 +8,7 @@ use super::scheduler::EventBridgeWakeUps;
 use crate::domain::{OrderId, PaymentId};
 use crate::handlers::refunds::RefundMessage;
 use crate::ports::{Clock, Redrive, Unavailable};
+use crate::store::{Cas, PaymentStore};
 use crate::usecases::release_order::drive_effects;
 use async_trait::async_trait;
 
@@ -32,6 +33,15 @@ impl Redrive for AwsRedrive {
     }
 
     async fn refund(&self, order_id: &OrderId, payment_id: &PaymentId) -> Result<(), Unavailable> {
+        // Push the refund's due time forward first (conditional on it still
+        // being REFUND_PENDING): a refund is re-driven once per retry
+        // budget, and one that finished meanwhile is not re-driven at all.
+        let Some(refund) = self.store.refund(order_id, payment_id).await? else {
+            return Ok(());
+        };
+        if self.store.redrive_refund(&refund, self.clock.now()).await? == Cas::Rejected {
+            return Ok(());
+        }
         let body = serde_json::to_string(&RefundMessage { order_id: order_id.clone(), payment_id: payment_id.clone() })
             .expect("serialisable");
         self.sqs

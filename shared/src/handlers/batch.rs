@@ -1,31 +1,70 @@
 //! Decoding of the batch triggers (DynamoDB stream, SQS) and their partial
 //! batch responses.
 
+use crate::error::error_chain;
+use crate::metrics;
+use crate::ports::{DeadLetters, Unavailable};
 use aws_lambda_events::event::dynamodb::{Event as StreamEvent, EventRecord};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use std::future::Future;
 use tracing::error;
 
-/// Processes stream records in order. On the first failure it stops and
-/// reports that record's sequence number: the mapping retries from there,
-/// so nothing after a failure is skipped and nothing is dropped silently.
-pub async fn each_stream_record<F, Fut, E>(event: StreamEvent, mut f: F) -> DynamoDbEventResponse
+/// Why a stream record failed, which decides what happens to the batch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// A passing fault (the table or a queue did not answer): the same
+    /// record may well succeed when the mapping retries it.
+    #[error("{0}")]
+    Transient(String),
+    /// The record can never be processed (it does not decode, or it breaks
+    /// an invariant): retrying would only hold up the records behind it.
+    #[error("{0}")]
+    Permanent(String),
+}
+
+impl From<Unavailable> for RecordError {
+    fn from(e: Unavailable) -> Self {
+        Self::Transient(error_chain(&e))
+    }
+}
+
+/// Processes stream records in order. A transient failure stops the batch
+/// and reports that record's sequence number: the mapping retries from
+/// there, so nothing after it is skipped. A permanent failure sets the
+/// record itself (its JSON) aside on `dead_letters`, counts it
+/// (`StreamRecordSetAside`) and goes on; if it cannot be set aside, it is
+/// treated as transient, so a record is never dropped silently.
+pub async fn each_stream_record<D, F, Fut>(event: StreamEvent, dead_letters: &D, mut f: F) -> DynamoDbEventResponse
 where
+    D: DeadLetters + ?Sized,
     F: FnMut(EventRecord) -> Fut,
-    Fut: Future<Output = Result<(), E>>,
-    E: std::fmt::Display,
+    Fut: Future<Output = Result<(), RecordError>>,
 {
     let mut response = DynamoDbEventResponse::default();
     for record in event.records {
         let seq = record.change.sequence_number.clone();
-        if let Err(e) = f(record).await {
-            error!(sequence_number = seq.as_deref().unwrap_or(""), error = %e, "stream record failed; will be retried");
-            let mut failure = DynamoDbBatchItemFailure::default();
-            failure.item_identifier = seq;
-            response.batch_item_failures.push(failure);
-            break;
-        }
+        let seq_str = seq.as_deref().unwrap_or("").to_owned();
+        let why = match f(record.clone()).await {
+            Ok(()) => continue,
+            Err(RecordError::Permanent(why)) => {
+                let body = serde_json::to_string(&record).expect("a decoded stream record serialises");
+                match dead_letters.set_aside(body).await {
+                    Ok(()) => {
+                        error!(sequence_number = %seq_str, error = %why, "stream record can never be processed; set aside");
+                        metrics::count("StreamRecordSetAside", 1);
+                        continue;
+                    }
+                    Err(e) => format!("{why}; and it could not be set aside: {}", error_chain(&e)),
+                }
+            }
+            Err(RecordError::Transient(why)) => why,
+        };
+        error!(sequence_number = %seq_str, error = %why, "stream record failed; will be retried");
+        let mut failure = DynamoDbBatchItemFailure::default();
+        failure.item_identifier = seq;
+        response.batch_item_failures.push(failure);
+        break;
     }
     response
 }
@@ -51,7 +90,96 @@ where
     response
 }
 
-/// Decodes a stream image (new or old) into a domain record.
-pub fn decode_image<T: serde::de::DeserializeOwned>(image: serde_dynamo::Item) -> Result<T, String> {
-    serde_dynamo::from_item(image).map_err(|e| format!("undecodable stream image: {e}"))
+/// Decodes a stream image (new or old) into a domain record. A record that
+/// does not decode now never will: the failure is permanent.
+pub fn decode_image<T: serde::de::DeserializeOwned>(image: serde_dynamo::Item) -> Result<T, RecordError> {
+    serde_dynamo::from_item(image).map_err(|e| RecordError::Permanent(format!("undecodable stream image: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_trait::async_trait;
+    use std::sync::Mutex;
+
+    /// Keeps what is set aside; refuses everything when `broken`.
+    #[derive(Default)]
+    struct Sink {
+        kept: Mutex<Vec<String>>,
+        broken: bool,
+    }
+    #[async_trait]
+    impl DeadLetters for Sink {
+        async fn set_aside(&self, body: String) -> Result<(), Unavailable> {
+            if self.broken {
+                return Err(Unavailable::new("sink", "queue unavailable"));
+            }
+            self.kept.lock().unwrap().push(body);
+            Ok(())
+        }
+    }
+
+    /// Three records, sequence numbers 1, 2, 3, from the release fixture.
+    fn three_records() -> StreamEvent {
+        let mut event: serde_json::Value =
+            serde_json::from_str(include_str!("../../../events/release-order.json")).unwrap();
+        let one = event["Records"][0].clone();
+        event["Records"] = (1..=3)
+            .map(|i| {
+                let mut r = one.clone();
+                r["dynamodb"]["SequenceNumber"] = serde_json::json!(i.to_string());
+                r
+            })
+            .collect();
+        serde_json::from_value(event).unwrap()
+    }
+
+    /// Runs the batch, failing record 2 with `fail`; returns the records
+    /// that ran and the sequence numbers reported failed.
+    async fn run(sink: &Sink, fail: RecordError) -> (Vec<String>, Vec<String>) {
+        let ran = Mutex::new(Vec::new());
+        let resp = each_stream_record(three_records(), sink, |r| {
+            let seq = r.change.sequence_number.clone().unwrap();
+            ran.lock().unwrap().push(seq.clone());
+            let fail = fail.clone();
+            async move {
+                match seq.as_str() {
+                    "2" => Err(fail),
+                    _ => Ok(()),
+                }
+            }
+        })
+        .await;
+        let failed = resp.batch_item_failures.into_iter().filter_map(|f| f.item_identifier).collect();
+        (ran.into_inner().unwrap(), failed)
+    }
+
+    #[tokio::test]
+    async fn a_permanent_failure_is_set_aside_and_the_records_after_it_run() {
+        let sink = Sink::default();
+        let (ran, failed) = run(&sink, RecordError::Permanent("undecodable".into())).await;
+        assert_eq!(ran, ["1", "2", "3"]);
+        assert_eq!(failed, Vec::<String>::new());
+        let kept = sink.kept.lock().unwrap();
+        assert_eq!(kept.len(), 1);
+        let record: EventRecord = serde_json::from_str(&kept[0]).expect("the record itself, as JSON");
+        assert_eq!(record.change.sequence_number.as_deref(), Some("2"));
+    }
+
+    #[tokio::test]
+    async fn a_transient_failure_stops_the_batch_at_that_record() {
+        let sink = Sink::default();
+        let (ran, failed) = run(&sink, RecordError::Transient("table unavailable".into())).await;
+        assert_eq!(ran, ["1", "2"]);
+        assert_eq!(failed, ["2"]);
+        assert!(sink.kept.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_permanent_failure_that_cannot_be_set_aside_stops_the_batch() {
+        let sink = Sink { broken: true, ..Sink::default() };
+        let (ran, failed) = run(&sink, RecordError::Permanent("undecodable".into())).await;
+        assert_eq!(ran, ["1", "2"]);
+        assert_eq!(failed, ["2"], "never dropped: retried like a passing fault");
+    }
 }

@@ -3,26 +3,39 @@
 use crate::aws::dynamo::DynamoStore;
 use crate::aws::sandbox::SandboxChannel;
 use crate::metrics;
+use crate::ports::Clock;
 use crate::store::PaymentStore;
-use crate::usecases::reconcile::reconcile;
+use crate::usecases::reconcile::{reconcile, Bounds};
 use lambda_runtime::Error;
 use serde_json::Value;
 use tracing::{info, warn};
 
 /// `ledger` is the channel's side; without one (no sandbox, and no real
-/// provider statement wired in yet) only the local cross-checks run.
-pub async fn run_reconcile(store: &DynamoStore, ledger: Option<&SandboxChannel>) -> Result<Value, Error> {
-    let records = store.scan_order_records().await?;
+/// provider statement wired in yet) only the local cross-checks run. A row
+/// that does not decode is reported, not fatal; only a store or ledger that
+/// cannot be read fails the run (and raises the function's error alarm).
+pub async fn run_reconcile(
+    store: &DynamoStore,
+    ledger: Option<&SandboxChannel>,
+    bounds: &Bounds,
+    clock: &dyn Clock,
+) -> Result<Value, Error> {
+    let snapshot = store.scan_snapshot().await?;
     let entries = match ledger {
         Some(l) => Some(l.entries().await?),
         None => None,
     };
-    let report = reconcile(&records, entries.as_deref());
+    let report = reconcile(&snapshot, entries.as_deref(), bounds, clock.now());
     for (kind, count) in &report.counts {
         metrics::count(&format!("Discrepancy.{kind}"), *count as u64);
     }
     if report.discrepancies.is_empty() {
-        info!(orders = report.orders_checked, payments = report.payments_checked, "reconciliation clean");
+        info!(
+            orders = report.orders_checked,
+            payments = report.payments_checked,
+            stocks = report.stocks_checked,
+            "reconciliation clean"
+        );
     } else {
         warn!(count = report.discrepancies.len(), counts = ?report.counts, "reconciliation found discrepancies");
     }

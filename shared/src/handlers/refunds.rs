@@ -1,12 +1,14 @@
 //! The refund worker's two triggers, told apart by their event source.
 
-use super::batch::{each_sqs_message, each_stream_record};
+use super::batch::{each_sqs_message, each_stream_record, RecordError};
 use super::streams::refund_ids_of;
 use crate::aws::dynamo::DynamoStore;
+use crate::aws::queue::SqsDeadLetters;
 use crate::aws::sandbox::ConfiguredChannel;
 use crate::domain::{OrderId, PaymentId};
+use crate::error::error_chain;
 use crate::ports::Clock;
-use crate::usecases::refunds::{mark_refund_failed, process_refund, RefundOutcome};
+use crate::usecases::refunds::{process_refund, RefundOutcome};
 use aws_lambda_events::event::dynamodb::Event as StreamEvent;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::Error;
@@ -20,6 +22,8 @@ pub struct RefundWorker {
     pub sqs: aws_sdk_sqs::Client,
     pub queue_url: String,
     pub dlq_url: String,
+    /// Where stream records that can never be processed are set aside.
+    pub stream_dead_letters: SqsDeadLetters,
     pub clock: Box<dyn Clock>,
 }
 
@@ -34,7 +38,7 @@ pub async fn handle(w: &RefundWorker, event: Value) -> Result<Value, Error> {
     match source.as_str() {
         "aws:dynamodb" => {
             let event: StreamEvent = serde_json::from_value(event)?;
-            let resp = each_stream_record(event, |record| async move {
+            let resp = each_stream_record(event, &w.stream_dead_letters, |record| async move {
                 let (order_id, payment_id) = refund_ids_of(&record)?;
                 let body = serde_json::to_string(&RefundMessage { order_id, payment_id }).expect("serialisable");
                 w.sqs
@@ -43,8 +47,8 @@ pub async fn handle(w: &RefundWorker, event: Value) -> Result<Value, Error> {
                     .message_body(body)
                     .send()
                     .await
-                    .map_err(|e| format!("enqueue refund: {e}"))?;
-                Ok::<_, String>(())
+                    .map_err(|e| RecordError::Transient(format!("enqueue refund: {}", error_chain(&e))))?;
+                Ok(())
             })
             .await;
             Ok(serde_json::to_value(resp)?)
@@ -74,9 +78,12 @@ async fn sqs(w: &RefundWorker, event: SqsEvent) -> SqsBatchResponse {
         };
         match process_refund(&w.store, &w.channel, w.clock.as_ref(), &msg.order_id, &msg.payment_id)
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(|e| error_chain(&e))?
         {
-            RefundOutcome::Refunded | RefundOutcome::AlreadyDone | RefundOutcome::NotFound => Ok(()),
+            RefundOutcome::Refunded
+            | RefundOutcome::AlreadyDone
+            | RefundOutcome::NotFound
+            | RefundOutcome::Superseded => Ok(()),
             RefundOutcome::RetryAfter(after) => {
                 // Failing the message with a longer visibility is the
                 // backoff: SQS redelivers it after `after`.
@@ -96,16 +103,18 @@ async fn sqs(w: &RefundWorker, event: SqsEvent) -> SqsBatchResponse {
                 Err(format!("refund try failed; retrying in {} s", after.as_secs()))
             }
             RefundOutcome::GiveUp(refund) => {
-                // Dead letter first, then the record: a failure in between
-                // leaves the refund PENDING and this message retried.
+                // The refund is already REFUND_FAILED, recorded by the one
+                // delivery whose conditional write applied: this one. If the
+                // dead letter cannot be sent, the message fails and comes
+                // back; that delivery finds REFUND_FAILED, tries once more
+                // and, failing, gives up (and dead-letters) again.
                 w.sqs
                     .send_message()
                     .queue_url(&w.dlq_url)
                     .message_body(body)
                     .send()
                     .await
-                    .map_err(|e| format!("move refund to the dead-letter queue: {e}"))?;
-                mark_refund_failed(&w.store, w.clock.as_ref(), &refund).await.map_err(|e| e.to_string())?;
+                    .map_err(|e| format!("move refund of {} to the dead-letter queue: {e}", refund.payment_id))?;
                 Ok(())
             }
         }

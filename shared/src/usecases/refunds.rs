@@ -2,8 +2,16 @@
 //! channel with an idempotency key, retried with exponential backoff a
 //! bounded number of times, then REFUND_FAILED, the dead-letter queue and an
 //! alarm for a person.
+//!
+//! A refund may be driven by several deliveries at once (a redelivered
+//! stream record, a duplicate queue message, the backstop's re-drive). The
+//! refund record decides between them: every try is counted by a write
+//! conditional on the count read, so one try is counted once and only the
+//! delivery whose write applied goes on; the channel's idempotency key
+//! makes the extra channel calls harmless.
 
 use crate::domain::*;
+use crate::error::error_chain;
 use crate::metrics;
 use crate::ports::{Clock, PaymentChannel, RefundResult, Unavailable};
 use crate::store::{Cas, PaymentStore, Refund};
@@ -13,6 +21,18 @@ use tracing::{error, info, instrument, warn};
 /// Tries before a refund is handed to a person.
 pub const MAX_REFUND_TRIES: u32 = 5;
 
+/// How long a REFUND_PENDING refund may sit before the backstop (the sweep
+/// over the due index) sends it to the refund queue again. Longer than the
+/// worker's own retry budget (10 + 20 + 40 + 80 s between the five tries),
+/// so that a refund whose queue message is alive is never re-driven beside
+/// it; reconciliation calls a pending refund older than this stale.
+pub const REFUND_REDRIVE_AFTER: Duration = Duration::from_secs(15 * 60);
+
+/// How often recording REFUNDED follows a status that moved under it. The
+/// status moves at most twice (PENDING → FAILED, then → REFUNDED), so a
+/// third rejection means something outside this model is writing.
+const RECORD_REFUNDED_ROUNDS: usize = 3;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RefundOutcome {
     Refunded,
@@ -21,8 +41,14 @@ pub enum RefundOutcome {
     NotFound,
     /// Failed this time; try again after the backoff.
     RetryAfter(Duration),
-    /// Out of tries: the caller hands the refund to a person (dead-letter
-    /// queue) and then records it with [`mark_refund_failed`].
+    /// Another delivery of the same refund counted this try first (a
+    /// duplicate stream record, queue message or re-drive). That delivery
+    /// carries the refund on; this one stops without counting, retrying or
+    /// writing a dead letter.
+    Superseded,
+    /// Out of tries, and this delivery's write recorded the give-up
+    /// (REFUND_FAILED): the caller hands the refund to a person (dead-letter
+    /// queue). Only the one delivery whose write applied sees this.
     GiveUp(Box<Refund>),
 }
 
@@ -57,52 +83,70 @@ pub async fn process_refund<S: PaymentStore, C: PaymentChannel>(
     if refund.status == RefundStatus::Refunded {
         return Ok(RefundOutcome::AlreadyDone);
     }
-    let answer = channel.refund(payment_id, refund.amount, &refund_key(payment_id)).await;
-    let now = clock.now();
-    let failure = match answer {
+    let failure = match channel.refund(payment_id, refund.amount, &refund_key(payment_id)).await {
         Ok(RefundResult::Refunded { channel_refund_id }) => {
-            // Rejected means another try recorded it first; the channel
-            // refunded once either way (same key).
-            if store.update_refund(&refund, RefundStatus::Refunded, Some(&channel_refund_id), None, now).await?
-                == Cas::Applied
-            {
-                info!(channel_refund_id = %channel_refund_id, "refunded");
-                metrics::count("RefundCompleted", 1);
-            }
-            return Ok(RefundOutcome::Refunded);
+            return record_refunded(store, refund, &channel_refund_id, clock.now()).await;
         }
         Ok(RefundResult::Failed(why)) => why,
-        Err(e) => e.to_string(),
+        // The whole cause chain goes into `last_error`, not just the context.
+        Err(e) => error_chain(&e),
     };
-    if store.update_refund(&refund, refund.status, None, Some(&failure), now).await? == Cas::Rejected {
-        // Someone else moved it meanwhile; the next delivery sees how.
-        return Ok(RefundOutcome::RetryAfter(backoff(1)));
+    count_failed_try(store, refund, failure, clock.now()).await
+}
+
+/// The channel refunded: that is the truth, whatever this delivery read.
+/// When the status moved meanwhile (another delivery counted a failure or
+/// gave up), REFUNDED is recorded over the status found now; only a
+/// REFUNDED found means someone recorded it first.
+async fn record_refunded<S: PaymentStore>(
+    store: &S,
+    mut refund: Refund,
+    channel_refund_id: &str,
+    now: Timestamp,
+) -> Result<RefundOutcome, Unavailable> {
+    for _ in 0..RECORD_REFUNDED_ROUNDS {
+        if store.update_refund(&refund, RefundStatus::Refunded, Some(channel_refund_id), None, now).await?
+            == Cas::Applied
+        {
+            info!(channel_refund_id, from = refund.status.as_str(), "refunded");
+            metrics::count("RefundCompleted", 1);
+            return Ok(RefundOutcome::Refunded);
+        }
+        refund = match store.refund(&refund.order_id, &refund.payment_id).await? {
+            Some(r) if r.status == RefundStatus::Refunded => return Ok(RefundOutcome::Refunded),
+            Some(r) => r,
+            None => return Err(Unavailable::new("record refund", "the refund record disappeared")),
+        };
     }
+    Err(Unavailable::new("record refund", "the refund's status kept changing; the next delivery records it"))
+}
+
+/// Counts a failed try with a write conditional on the count read, and
+/// gives up in that same write once the budget is spent. A rejected write
+/// means another delivery got there first; this one steps aside.
+async fn count_failed_try<S: PaymentStore>(
+    store: &S,
+    refund: Refund,
+    failure: String,
+    now: Timestamp,
+) -> Result<RefundOutcome, Unavailable> {
     let tries = refund.tries + 1;
-    if tries >= MAX_REFUND_TRIES || refund.status == RefundStatus::RefundFailed {
+    let give_up = tries >= MAX_REFUND_TRIES || refund.status == RefundStatus::RefundFailed;
+    let to = if give_up { RefundStatus::RefundFailed } else { refund.status };
+    if store.update_refund(&refund, to, None, Some(&failure), now).await? == Cas::Rejected {
+        info!(tries = refund.tries, "another delivery of this refund counted the try first; stepping aside");
+        metrics::count("RefundDuplicateDelivery", 1);
+        return Ok(RefundOutcome::Superseded);
+    }
+    if give_up {
         error!(tries, error = %failure, "refund out of automatic tries: needs a person");
-        let refund = Refund { tries, last_error: Some(failure), ..refund };
+        metrics::count("RefundGaveUp", 1);
+        let refund = Refund { tries, status: RefundStatus::RefundFailed, last_error: Some(failure), ..refund };
         return Ok(RefundOutcome::GiveUp(Box::new(refund)));
     }
     warn!(tries, error = %failure, "refund try failed; will retry");
     metrics::count("RefundRetry", 1);
     Ok(RefundOutcome::RetryAfter(backoff(tries)))
-}
-
-/// Records that a refund was handed to a person. Called after its message
-/// reached the dead-letter queue, so a crash in between leaves the refund
-/// PENDING (and retried), never FAILED without a dead letter.
-pub async fn mark_refund_failed<S: PaymentStore>(
-    store: &S,
-    clock: &dyn Clock,
-    refund: &Refund,
-) -> Result<(), Unavailable> {
-    if refund.status == RefundStatus::RefundPending
-        && store.update_refund(refund, RefundStatus::RefundFailed, None, None, clock.now()).await? == Cas::Applied
-    {
-        metrics::count("RefundGaveUp", 1);
-    }
-    Ok(())
 }
 
 #[cfg(test)]
