@@ -172,6 +172,7 @@ async fn a_confirmed_unpaid_order_closes_and_its_stock_and_coupon_return_once() 
         state: CouponState::Available,
         locked_by: None,
         reason: None,
+        returnable: true,
     };
     w.store.put_coupon(&valid).await.unwrap();
     let (o, a) = w.with_attempt(&w.order(Some("C1")).await).await;
@@ -198,6 +199,7 @@ async fn a_coupon_whose_validity_passed_is_released_as_expired() {
         state: CouponState::Available,
         locked_by: None,
         reason: None,
+        returnable: true,
     };
     w.store.put_coupon(&c).await.unwrap();
     let o = w.order(Some("SHORT")).await;
@@ -250,6 +252,7 @@ async fn settling_a_paid_order_confirms_stock_uses_the_coupon_and_cancels_the_wa
         state: CouponState::Available,
         locked_by: None,
         reason: None,
+        returnable: true,
     };
     w.store.put_coupon(&c).await.unwrap();
     let (o, a) = w.with_attempt(&w.order(Some("C2")).await).await;

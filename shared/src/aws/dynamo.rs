@@ -735,15 +735,35 @@ impl OrderStore for DynamoStore {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(key(keys::sku(sku), keys::STOCK_SK)))
-            .update_expression("SET available = :a, reserved = if_not_exists(reserved, :zero), sku = :sku, entity = :e")
+            .update_expression(
+                "SET available = :a, reserved = if_not_exists(reserved, :zero), \
+                 sold = if_not_exists(sold, :zero), sku = :sku, entity = :e",
+            )
             .expression_attribute_values(":a", n(available))
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":sku", s(sku.as_str()))
             .expression_attribute_values(":e", s("STOCK"));
-        if let Some(was) = expected {
-            req = req.condition_expression("available = :was").expression_attribute_values(":was", n(was));
-        }
+        req = match expected {
+            Some(was) => req.condition_expression("available = :was").expression_attribute_values(":was", n(was)),
+            // Seeding: only a SKU that does not exist yet may be set blindly.
+            None => req.condition_expression("attribute_not_exists(pk)"),
+        };
         self.cas(req, "put stock").await
+    }
+
+    async fn adjust_stock(&self, sku: &Sku, delta: i64) -> Result<Cas, Unavailable> {
+        // Condition expressions have no arithmetic: `available + delta >= 0`
+        // is written as `available >= -delta`.
+        let req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(keys::sku(sku), keys::STOCK_SK)))
+            .update_expression("SET available = available + :d")
+            .condition_expression("attribute_exists(pk) AND available >= :min")
+            .expression_attribute_values(":d", n(delta))
+            .expression_attribute_values(":min", n(delta.saturating_neg().max(0)));
+        self.cas(req, "adjust stock").await
     }
 
     async fn stock(&self, sku: &Sku) -> Result<Option<Stock>, Unavailable> {
@@ -754,21 +774,36 @@ impl OrderStore for DynamoStore {
         let mut item = to_item(coupon);
         item.extend(key(keys::coupon(&coupon.coupon_id), keys::COUPON_SK));
         item.insert("entity".into(), s("COUPON"));
-        let res = self
+        let req = self
             .client
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
-            // Never overwrite a coupon an order is holding: that would
-            // silently break the order's lock.
-            .condition_expression("attribute_not_exists(pk) OR #state <> :locked")
+            // Only a new or AVAILABLE coupon may be (re)written. A LOCKED
+            // one is held by an order (overwriting it would break the lock);
+            // USED, EXPIRED and VOID are outcomes, and setting one back to
+            // AVAILABLE would let a second order spend the same coupon.
+            .condition_expression("attribute_not_exists(pk) OR #state = :available")
             .expression_attribute_names("#state", "state")
-            .expression_attribute_values(":locked", s("LOCKED"))
-            .send()
-            .await;
-        match res {
-            Ok(_) => Ok(PutCoupon::Stored),
-            Err(e) if is_condition_failure(&e) => Ok(PutCoupon::Locked),
+            .expression_attribute_values(":available", s("AVAILABLE"))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        match send_single(|| req.clone().send()).await {
+            Ok(Ok(_)) => Ok(PutCoupon::Stored),
+            Ok(Err(e)) => {
+                use aws_sdk_dynamodb::operation::put_item::PutItemError;
+                let old = match e.as_service_error() {
+                    Some(PutItemError::ConditionalCheckFailedException(c)) => c.item().cloned(),
+                    _ => None,
+                };
+                let state = old
+                    .and_then(|item| status_of(&item, "state"))
+                    .and_then(|st| serde_json::from_value::<CouponState>(serde_json::Value::String(st)).ok());
+                match state {
+                    Some(CouponState::Locked) => Ok(PutCoupon::Locked),
+                    Some(st) => Ok(PutCoupon::Final(st)),
+                    None => Err(Unavailable::new("put coupon", "condition failed on an unreadable coupon")),
+                }
+            }
             Err(e) => Err(Unavailable::new("put coupon", e)),
         }
     }
