@@ -266,16 +266,36 @@ pub enum SettleResult {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AttemptResult {
     Recorded,
-    /// The order is no longer PENDING_PAYMENT or its `expire_at` passed.
+    /// The order is no longer PENDING_PAYMENT, its `expire_at` passed, it
+    /// holds the maximum number of attempts, or its version moved.
     NotPayable(Box<Order>),
     NotFound,
+    /// The idempotency key was used before (a concurrent or earlier call).
+    Replay(ClaimedPayment),
 }
 
 #[async_trait]
 pub trait PaymentStore: Send + Sync {
     /// Adds a payment attempt, conditional on the order being
     /// PENDING_PAYMENT with `expire_at > now` at its current version.
-    async fn record_attempt(&self, order: &Order, attempt: &PaymentAttempt) -> Result<AttemptResult, Unavailable>;
+    /// Also conditional on `payment_attempts < MAX_PAYMENT_ATTEMPTS`.
+    async fn record_attempt(&self, order: &Order, attempt: &PaymentAttempt) -> Result<AttemptResult, Unavailable> {
+        self.record_keyed_attempt(order, attempt, None).await
+    }
+
+    /// [`Self::record_attempt`] plus, in the same transaction, the payment
+    /// idempotency key (`attribute_not_exists`); a key already used comes
+    /// back as [`AttemptResult::Replay`].
+    async fn record_keyed_attempt(
+        &self,
+        order: &Order,
+        attempt: &PaymentAttempt,
+        claim: Option<&PaymentClaim>,
+    ) -> Result<AttemptResult, Unavailable>;
+
+    /// The payment a key was first used for on this order, if any.
+    async fn claimed_payment(&self, order: &Order, key: &IdempotencyKey)
+        -> Result<Option<ClaimedPayment>, Unavailable>;
 
     /// The attempt and the id of its order.
     async fn attempt(&self, payment_id: &PaymentId) -> Result<Option<PaymentAttempt>, Unavailable>;

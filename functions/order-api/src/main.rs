@@ -1,6 +1,6 @@
 //! GET /orders/{id}, POST /orders/{id}/payments and the /admin routes.
 use lambda_http::{service_fn, Error};
-use order_core::aws::{dynamo::DynamoStore, env, sandbox::ConfiguredChannel, sdk_config};
+use order_core::aws::{dynamo::DynamoStore, env, sandbox::ConfiguredChannel, sdk_config, seconds_env};
 use order_core::handlers::http::{order_api, OrderApi};
 use order_core::ports::{RandomIds, SystemClock};
 
@@ -15,6 +15,7 @@ async fn main() -> Result<(), Error> {
         clock: Box::new(SystemClock),
         ids: Box::new(RandomIds),
         merchant_id: env("MERCHANT_ID")?,
+        not_found_grace: seconds_env("CHANNEL_NOT_FOUND_GRACE_SECONDS")?,
     };
     let app = &app;
     lambda_http::run(service_fn(move |req| async move { Ok::<_, Error>(order_api(app, req).await) })).await

@@ -90,6 +90,12 @@ pub mod keys {
         format!("IDEM#{u}#{k}")
     }
     pub const IDEM_SK: &str = "IDEM";
+    /// A payment entry's key shares the user's key space (`IDEM#<user>#<key>`)
+    /// with order creation, under its own sort key per order, so the same
+    /// key used for an order and for paying it are two records.
+    pub fn payment_idempotency_sk(o: &OrderId) -> String {
+        format!("PAY#{o}")
+    }
     /// FNV-1a of the order id: the same order always lands on the same
     /// shard, and a burst of orders with one `expire_at` spreads evenly.
     pub fn shard_of(id: &OrderId, count: u32) -> u32 {
