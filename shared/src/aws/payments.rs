@@ -25,6 +25,12 @@ fn evidence_list(e: &Evidence) -> Av {
     Av::L(vec![Av::M(serde_dynamo::to_item(e).expect("serialisable"))])
 }
 
+/// How long a notification dedupe record is kept (DynamoDB TTL on
+/// `expires_at_epoch`). Providers retry for hours or days, not months; a
+/// replay after this still changes nothing, because a settled attempt is
+/// never recorded twice.
+pub const NOTIFY_DEDUPE_TTL_SECONDS: i64 = 30 * 24 * 3600;
+
 pub fn notify_key(n: &Notification) -> String {
     format!("NOTIFY#{}#{}", n.channel, n.notify_id)
 }
@@ -47,6 +53,7 @@ impl DynamoStore {
         item.insert("entity".into(), s("NOTIFICATION"));
         item.insert("payment_id".into(), s(payment_id.as_str()));
         item.insert("received_at".into(), s(at.to_string()));
+        item.insert("expires_at_epoch".into(), super::dynamo::n(at.unix_seconds() + NOTIFY_DEDUPE_TTL_SECONDS));
         put(self.table(), item, Some("attribute_not_exists(pk)"))
     }
 
@@ -75,12 +82,23 @@ impl DynamoStore {
         let mut cond = format!("attribute_exists(pk) AND {from_cond}");
         if let Some(t) = txn {
             // A success names its channel transaction once; a report of the
-            // same payment with another transaction id is a mismatch.
+            // same payment with another transaction id is a mismatch. The
+            // same success again (a provider resending with a new
+            // notify_id) must not grow the item: it is refused here and
+            // read back as a duplicate from the old item.
             set.push_str(", channel_txn_id = :t");
-            cond.push_str(" AND (attribute_not_exists(channel_txn_id) OR channel_txn_id = :t)");
+            cond.push_str(
+                " AND (attribute_not_exists(channel_txn_id) OR channel_txn_id = :t) \
+                 AND NOT (#status = :s AND channel_txn_id = :t)",
+            );
             u = u.expression_attribute_values(":t", s(t));
         }
-        let u = u.update_expression(set).condition_expression(cond).build().expect("complete update");
+        let u = u
+            .update_expression(set)
+            .condition_expression(cond)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .expect("complete update");
         TransactWriteItem::builder().update(u).build()
     }
 }
@@ -297,14 +315,26 @@ impl PaymentStore for DynamoStore {
             }),
             Err(failed) => {
                 let hit = |i: Option<usize>| i.is_some_and(|i| matches!(failed.get(i), Some(Some(_))));
+                // The attempt already holds this very success: whatever the
+                // order is, that success was written together with its
+                // outcome (PAID or the refund), so nothing is left to do.
+                let same_success = failed.get(payment_at).cloned().flatten().is_some_and(|old| {
+                    let attr = |n: &str| old.get(n).and_then(|v| v.as_s().ok()).cloned();
+                    attr("status").as_deref() == Some(PaymentStatus::Succeeded.as_str())
+                        && attr("channel_txn_id").as_deref() == Some(channel_txn_id)
+                });
                 Ok(if hit(notify_at) {
                     SettleResult::Duplicate
-                } else if hit(Some(txn_at)) || hit(Some(payment_at)) {
-                    SettleResult::TxnIdTaken
                 } else if hit(refund_at) {
                     SettleResult::RefundPending
                 } else if hit(Some(order_at)) {
+                    // Decided on a stale order: the caller re-reads it (and
+                    // then finds this same success a duplicate).
                     SettleResult::OrderMoved
+                } else if same_success {
+                    SettleResult::Duplicate
+                } else if hit(Some(txn_at)) || hit(Some(payment_at)) {
+                    SettleResult::TxnIdTaken
                 } else {
                     return Err(Unavailable::new("settle payment success", "cancelled on an unexpected condition"));
                 })
