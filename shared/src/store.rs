@@ -93,6 +93,9 @@ pub struct Stock {
     pub sku: Sku,
     pub available: i64,
     pub reserved: i64,
+    /// Sold by paid orders (written by the first confirmation).
+    #[serde(default)]
+    pub sold: i64,
 }
 
 /// A row reconciliation could not decode. It is skipped and reported by
@@ -124,6 +127,16 @@ pub struct Coupon {
     pub locked_by: Option<OrderId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The coupon's rule (seed 000 §8.2): a returnable coupon goes back to
+    /// its owner when the order closes unpaid; a non-returnable one (e.g. a
+    /// one-shot promotion) ends VOID. Coupons written before the field
+    /// existed are returnable.
+    #[serde(default = "returnable_by_default")]
+    pub returnable: bool,
+}
+
+fn returnable_by_default() -> bool {
+    true
 }
 
 /// The idempotency record written together with a new order.
@@ -152,6 +165,25 @@ pub enum PutCoupon {
     Stored,
     /// The coupon is locked by an order; it cannot be overwritten now.
     Locked,
+    /// The coupon has an outcome (USED, EXPIRED, VOID); an operator write
+    /// never overrides it.
+    Final(CouponState),
+}
+
+/// The idempotency record of a payment entry (`POST /orders/{id}/payments`),
+/// scoped to the order's user and the order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentClaim {
+    pub key: IdempotencyKey,
+    /// SHA-256 of the canonical request body, hex.
+    pub request_hash: String,
+}
+
+/// What a payment idempotency key was first used for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedPayment {
+    pub payment_id: PaymentId,
+    pub request_hash: String,
 }
 
 /// The result of moving one reservation or lock: the domain step that was
@@ -233,8 +265,13 @@ pub trait OrderStore: Send + Sync {
 
     /// Sets a SKU's available count. With `expected`, only if the count is
     /// still that (a compare-and-swap for operators adjusting live stock);
-    /// without, unconditionally (seeding).
+    /// without, only if the SKU does not exist yet (seeding): a live SKU's
+    /// count is never overwritten blindly while orders hold reservations.
     async fn put_stock(&self, sku: &Sku, available: i64, expected: Option<i64>) -> Result<Cas, Unavailable>;
+    /// Adds `delta` (may be negative) to an existing SKU's available count,
+    /// conditional on the result staying `>= 0`. Rejected when the SKU does
+    /// not exist or the count would go negative.
+    async fn adjust_stock(&self, sku: &Sku, delta: i64) -> Result<Cas, Unavailable>;
     async fn stock(&self, sku: &Sku) -> Result<Option<Stock>, Unavailable>;
     async fn put_coupon(&self, coupon: &Coupon) -> Result<PutCoupon, Unavailable>;
     async fn coupon(&self, coupon_id: &CouponId) -> Result<Option<Coupon>, Unavailable>;
@@ -267,16 +304,36 @@ pub enum SettleResult {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AttemptResult {
     Recorded,
-    /// The order is no longer PENDING_PAYMENT or its `expire_at` passed.
+    /// The order is no longer PENDING_PAYMENT, its `expire_at` passed, it
+    /// holds the maximum number of attempts, or its version moved.
     NotPayable(Box<Order>),
     NotFound,
+    /// The idempotency key was used before (a concurrent or earlier call).
+    Replay(ClaimedPayment),
 }
 
 #[async_trait]
 pub trait PaymentStore: Send + Sync {
     /// Adds a payment attempt, conditional on the order being
     /// PENDING_PAYMENT with `expire_at > now` at its current version.
-    async fn record_attempt(&self, order: &Order, attempt: &PaymentAttempt) -> Result<AttemptResult, Unavailable>;
+    /// Also conditional on `payment_attempts < MAX_PAYMENT_ATTEMPTS`.
+    async fn record_attempt(&self, order: &Order, attempt: &PaymentAttempt) -> Result<AttemptResult, Unavailable> {
+        self.record_keyed_attempt(order, attempt, None).await
+    }
+
+    /// [`Self::record_attempt`] plus, in the same transaction, the payment
+    /// idempotency key (`attribute_not_exists`); a key already used comes
+    /// back as [`AttemptResult::Replay`].
+    async fn record_keyed_attempt(
+        &self,
+        order: &Order,
+        attempt: &PaymentAttempt,
+        claim: Option<&PaymentClaim>,
+    ) -> Result<AttemptResult, Unavailable>;
+
+    /// The payment a key was first used for on this order, if any.
+    async fn claimed_payment(&self, order: &Order, key: &IdempotencyKey)
+        -> Result<Option<ClaimedPayment>, Unavailable>;
 
     /// The attempt and the id of its order.
     async fn attempt(&self, payment_id: &PaymentId) -> Result<Option<PaymentAttempt>, Unavailable>;

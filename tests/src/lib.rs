@@ -224,8 +224,19 @@ impl Api {
     pub async fn coupon(&self, id: &str) -> Value {
         self.send("GET", &format!("/admin/coupons/{id}"), &[], None, true).await.body
     }
+    /// Starts a payment with a fresh Idempotency-Key.
     pub async fn start_payment(&self, order_id: &str) -> Reply {
-        self.send("POST", &format!("/orders/{order_id}/payments"), &[], Some(r#"{"channel":"sandbox"}"#), false).await
+        self.start_payment_with_key(order_id, &unique("pay-key")).await
+    }
+    pub async fn start_payment_with_key(&self, order_id: &str, key: &str) -> Reply {
+        self.send(
+            "POST",
+            &format!("/orders/{order_id}/payments"),
+            &[("Idempotency-Key", key)],
+            Some(r#"{"channel":"sandbox"}"#),
+            false,
+        )
+        .await
     }
     pub async fn settle(&self, payment_id: &str, body: &Value) -> Reply {
         self.send("POST", &format!("/sandbox/payments/{payment_id}/settle"), &[], Some(&body.to_string()), false).await

@@ -29,7 +29,7 @@ async fn an_unpaid_order_closes_after_its_window_and_its_stock_and_coupon_return
     assert_eq!(r.body["status"], "PENDING_PAYMENT");
     assert_eq!(r.body["amount_total"], 2598);
     assert!(r.body["expire_at"].as_str().unwrap().ends_with('Z'));
-    assert_eq!(api.stock(&sku).await, json!({"sku": sku, "available": 3, "reserved": 2}));
+    assert_eq!(api.stock(&sku).await, json!({"sku": sku, "available": 3, "reserved": 2, "sold": 0}));
     assert_eq!(api.coupon(&coupon).await["state"], "LOCKED");
 
     // The outbox consumer gave the order its one-shot wake-up.
@@ -109,7 +109,11 @@ async fn a_duplicate_close_message_and_a_duplicate_stream_record_change_nothing(
     tokio::time::sleep(Duration::from_secs(8)).await;
 
     assert_eq!(api.admin_order(&id).await.body["version"], before["version"], "no write to the order");
-    assert_eq!(api.stock(&sku).await, json!({"sku": sku, "available": 4, "reserved": 0}), "stock added once");
+    assert_eq!(
+        api.stock(&sku).await,
+        json!({"sku": sku, "available": 4, "reserved": 0, "sold": 0}),
+        "stock added once"
+    );
 }
 
 /// A CLOSED transition record shaped as the table stream delivers it.
@@ -198,7 +202,11 @@ async fn bad_requests_get_their_4xx_and_write_nothing() {
         let r = api.create_order(&unique("cpn"), &order_body("erin", &sku, 1, Some(c))).await;
         assert_eq!((r.status, r.error_code()), (409, "coupon_unavailable"), "{r:?}");
     }
-    assert_eq!(api.stock(&sku).await, json!({"sku": sku, "available": 2, "reserved": 0}), "nothing reserved");
+    assert_eq!(
+        api.stock(&sku).await,
+        json!({"sku": sku, "available": 2, "reserved": 0, "sold": 0}),
+        "nothing reserved"
+    );
     assert_eq!(api.coupon(&coupon).await["state"], "AVAILABLE");
 
     // The key of the refused request is still free: it creates an order now.
@@ -232,13 +240,13 @@ async fn twenty_concurrent_orders_on_ten_units_leave_ten_orders_and_the_stock_re
         replies.iter().filter(|r| r.status == 201).map(|r| r.body["order_id"].as_str().unwrap().to_owned()).collect();
     let refused = replies.iter().filter(|r| r.status == 409 && r.error_code() == "out_of_stock").count();
     assert_eq!((created.len(), refused), (10, 10), "{replies:?}");
-    assert_eq!(api.stock(&sku).await, json!({"sku": sku, "available": 0, "reserved": 10}));
+    assert_eq!(api.stock(&sku).await, json!({"sku": sku, "available": 0, "reserved": 10, "sold": 0}));
 
     for id in &created {
         api.wait_status(id, "CLOSED", settle_timeout()).await;
     }
     eventually("all stock back", Duration::from_secs(90), || async {
-        (api.stock(&sku).await == json!({"sku": sku, "available": 10, "reserved": 0})).then_some(())
+        (api.stock(&sku).await == json!({"sku": sku, "available": 10, "reserved": 0, "sold": 0})).then_some(())
     })
     .await;
 }

@@ -100,6 +100,7 @@ async fn a_closed_order_still_holding_stock_and_a_coupon_lock_is_reported_once_p
         state: CouponState::Available,
         locked_by: None,
         reason: None,
+        returnable: true,
     };
     w.store.put_coupon(&coupon).await.unwrap();
     let o = w.order("A", Some("C1")).await;

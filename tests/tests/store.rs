@@ -67,6 +67,7 @@ async fn coupon(store: &DynamoStore, id: &str, user: &str, valid_until_ms: i64) 
         state: CouponState::Available,
         locked_by: None,
         reason: None,
+        returnable: true,
     };
     assert_eq!(store.put_coupon(&c).await.unwrap(), PutCoupon::Stored);
 }
@@ -380,7 +381,8 @@ async fn a_coupon_lock_ends_once_available_or_expired_with_its_reason() {
                 valid_until: now,
                 state: CouponState::Available,
                 locked_by: None,
-                reason: None
+                reason: None,
+                returnable: true
             })
             .await
             .unwrap(),

@@ -173,6 +173,7 @@ async fn a_confirmed_unpaid_order_closes_and_its_stock_and_coupon_return_once() 
         state: CouponState::Available,
         locked_by: None,
         reason: None,
+        returnable: true,
     };
     w.store.put_coupon(&valid).await.unwrap();
     let (o, a) = w.with_attempt(&w.order(Some("C1")).await).await;
@@ -199,6 +200,7 @@ async fn a_coupon_whose_validity_passed_is_released_as_expired() {
         state: CouponState::Available,
         locked_by: None,
         reason: None,
+        returnable: true,
     };
     w.store.put_coupon(&c).await.unwrap();
     let o = w.order(Some("SHORT")).await;
@@ -248,6 +250,7 @@ async fn settling_a_paid_order_confirms_stock_uses_the_coupon_and_cancels_the_wa
         state: CouponState::Available,
         locked_by: None,
         reason: None,
+        returnable: true,
     };
     w.store.put_coupon(&c).await.unwrap();
     let (o, a) = w.with_attempt(&w.order(Some("C2")).await).await;

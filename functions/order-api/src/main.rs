@@ -28,6 +28,7 @@ async fn main() -> Result<(), Error> {
             // queue's closer; what is not asked in time is held and retried.
             budget: std::time::Duration::from_secs(5),
         },
+        not_found_grace: seconds_env("CHANNEL_NOT_FOUND_GRACE_SECONDS")?,
     };
     let app = &app;
     lambda_http::run(service_fn(move |req| async move { Ok::<_, Error>(order_api(app, req).await) })).await

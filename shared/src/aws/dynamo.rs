@@ -90,6 +90,12 @@ pub mod keys {
         format!("IDEM#{u}#{k}")
     }
     pub const IDEM_SK: &str = "IDEM";
+    /// A payment entry's key shares the user's key space (`IDEM#<user>#<key>`)
+    /// with order creation, under its own sort key per order, so the same
+    /// key used for an order and for paying it are two records.
+    pub fn payment_idempotency_sk(o: &OrderId) -> String {
+        format!("PAY#{o}")
+    }
     /// FNV-1a of the order id: the same order always lands on the same
     /// shard, and a burst of orders with one `expire_at` spreads evenly.
     pub fn shard_of(id: &OrderId, count: u32) -> u32 {
@@ -144,6 +150,75 @@ pub(crate) fn status_in(attr: &str, states: impl IntoIterator<Item = &'static st
 /// `ConditionalCheckFailedException` on a single-item write.
 pub(crate) fn is_condition_failure<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
     e.as_service_error().and_then(|s| s.code()) == Some("ConditionalCheckFailedException")
+}
+
+/// What a single-item write does after the service refused it with `code`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SingleWriteError {
+    /// The item was not in the expected state: a business answer.
+    ConditionFailed,
+    /// A transaction holds the item (e.g. a webhook settling the order the
+    /// closer is writing). The SDK's retry policy does not cover this code,
+    /// and nothing was written, so the same write is retried here rather
+    /// than failing the whole invocation back to a queue timeout.
+    Retry,
+    /// Anything else; the SDK has already retried what is transient.
+    Fail,
+}
+
+pub fn classify_single_write(code: Option<&str>) -> SingleWriteError {
+    match code {
+        Some("ConditionalCheckFailedException") => SingleWriteError::ConditionFailed,
+        Some("TransactionConflictException") => SingleWriteError::Retry,
+        _ => SingleWriteError::Fail,
+    }
+}
+
+/// Jittered exponential backoff shared by transactions and single-item
+/// writes: 10 ms doubling to 500 ms, at most `MAX_CONFLICT_RETRIES` waits.
+struct Backoff {
+    delay_ms: u64,
+    waits: u32,
+}
+
+const MAX_CONFLICT_RETRIES: u32 = 8;
+
+impl Backoff {
+    fn new() -> Self {
+        Self { delay_ms: 10, waits: 0 }
+    }
+    /// Sleeps before the next try; false when the retries are used up.
+    async fn wait(&mut self) -> bool {
+        if self.waits >= MAX_CONFLICT_RETRIES {
+            return false;
+        }
+        self.waits += 1;
+        let jitter = rand::random::<u64>() % self.delay_ms.max(1);
+        tokio::time::sleep(Duration::from_millis(self.delay_ms + jitter)).await;
+        self.delay_ms = (self.delay_ms * 2).min(500);
+        true
+    }
+}
+
+/// Sends a single-item conditional write, retrying transaction conflicts.
+/// `Ok(false)`: the condition failed (with the service error, which may carry the old item).
+pub(crate) async fn send_single<T, E, R, F, Fut>(mut send: F) -> Result<Result<T, SdkError<E, R>>, SdkError<E, R>>
+where
+    E: ProvideErrorMetadata,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, SdkError<E, R>>>,
+{
+    let mut backoff = Backoff::new();
+    loop {
+        match send().await {
+            Ok(v) => return Ok(Ok(v)),
+            Err(e) => match classify_single_write(e.as_service_error().and_then(|s| s.code())) {
+                SingleWriteError::ConditionFailed => return Ok(Err(e)),
+                SingleWriteError::Retry if backoff.wait().await => continue,
+                _ => return Err(e),
+            },
+        }
+    }
 }
 
 fn to_item<T: serde::Serialize>(v: &T) -> Item {
@@ -250,8 +325,8 @@ impl DynamoStore {
         items: Vec<TransactWriteItem>,
         context: &'static str,
     ) -> Result<Result<(), Vec<Option<Item>>>, Unavailable> {
-        let mut delay_ms = 10u64;
-        for attempt in 0.. {
+        let mut backoff = Backoff::new();
+        loop {
             let res = self.client.transact_write_items().set_transact_items(Some(items.clone())).send().await;
             let err = match res {
                 Ok(_) => return Ok(Ok(())),
@@ -265,17 +340,12 @@ impl DynamoStore {
             });
             match reasons {
                 Some(Cancelled::Conditions(c)) => return Ok(Err(c)),
-                Some(Cancelled::Retryable) if attempt < 8 => {
-                    let jitter = rand::random::<u64>() % delay_ms.max(1);
-                    tokio::time::sleep(Duration::from_millis(delay_ms + jitter)).await;
-                    delay_ms = (delay_ms * 2).min(500);
-                }
+                Some(Cancelled::Retryable) if backoff.wait().await => {}
                 // Out of retries, a validation error, or not a cancellation
                 // at all (the SDK already retried transient failures).
                 _ => return Err(Unavailable::new(context, err)),
             }
         }
-        unreachable!("the loop returns")
     }
 
     fn order_item(&self, order: &Order) -> Item {
@@ -309,9 +379,9 @@ impl DynamoStore {
         req: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
         context: &'static str,
     ) -> Result<Cas, Unavailable> {
-        match req.send().await {
-            Ok(_) => Ok(Cas::Applied),
-            Err(e) if is_condition_failure(&e) => Ok(Cas::Rejected),
+        match send_single(|| req.clone().send()).await {
+            Ok(Ok(_)) => Ok(Cas::Applied),
+            Ok(Err(_)) => Ok(Cas::Rejected),
             Err(e) => Err(Unavailable::new(context, e)),
         }
     }
@@ -778,15 +848,35 @@ impl OrderStore for DynamoStore {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(key(keys::sku(sku), keys::STOCK_SK)))
-            .update_expression("SET available = :a, reserved = if_not_exists(reserved, :zero), sku = :sku, entity = :e")
+            .update_expression(
+                "SET available = :a, reserved = if_not_exists(reserved, :zero), \
+                 sold = if_not_exists(sold, :zero), sku = :sku, entity = :e",
+            )
             .expression_attribute_values(":a", n(available))
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":sku", s(sku.as_str()))
             .expression_attribute_values(":e", s("STOCK"));
-        if let Some(was) = expected {
-            req = req.condition_expression("available = :was").expression_attribute_values(":was", n(was));
-        }
+        req = match expected {
+            Some(was) => req.condition_expression("available = :was").expression_attribute_values(":was", n(was)),
+            // Seeding: only a SKU that does not exist yet may be set blindly.
+            None => req.condition_expression("attribute_not_exists(pk)"),
+        };
         self.cas(req, "put stock").await
+    }
+
+    async fn adjust_stock(&self, sku: &Sku, delta: i64) -> Result<Cas, Unavailable> {
+        // Condition expressions have no arithmetic: `available + delta >= 0`
+        // is written as `available >= -delta`.
+        let req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(keys::sku(sku), keys::STOCK_SK)))
+            .update_expression("SET available = available + :d")
+            .condition_expression("attribute_exists(pk) AND available >= :min")
+            .expression_attribute_values(":d", n(delta))
+            .expression_attribute_values(":min", n(delta.saturating_neg().max(0)));
+        self.cas(req, "adjust stock").await
     }
 
     async fn stock(&self, sku: &Sku) -> Result<Option<Stock>, Unavailable> {
@@ -797,21 +887,36 @@ impl OrderStore for DynamoStore {
         let mut item = to_item(coupon);
         item.extend(key(keys::coupon(&coupon.coupon_id), keys::COUPON_SK));
         item.insert("entity".into(), s("COUPON"));
-        let res = self
+        let req = self
             .client
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
-            // Never overwrite a coupon an order is holding: that would
-            // silently break the order's lock.
-            .condition_expression("attribute_not_exists(pk) OR #state <> :locked")
+            // Only a new or AVAILABLE coupon may be (re)written. A LOCKED
+            // one is held by an order (overwriting it would break the lock);
+            // USED, EXPIRED and VOID are outcomes, and setting one back to
+            // AVAILABLE would let a second order spend the same coupon.
+            .condition_expression("attribute_not_exists(pk) OR #state = :available")
             .expression_attribute_names("#state", "state")
-            .expression_attribute_values(":locked", s("LOCKED"))
-            .send()
-            .await;
-        match res {
-            Ok(_) => Ok(PutCoupon::Stored),
-            Err(e) if is_condition_failure(&e) => Ok(PutCoupon::Locked),
+            .expression_attribute_values(":available", s("AVAILABLE"))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        match send_single(|| req.clone().send()).await {
+            Ok(Ok(_)) => Ok(PutCoupon::Stored),
+            Ok(Err(e)) => {
+                use aws_sdk_dynamodb::operation::put_item::PutItemError;
+                let old = match e.as_service_error() {
+                    Some(PutItemError::ConditionalCheckFailedException(c)) => c.item().cloned(),
+                    _ => None,
+                };
+                let state = old
+                    .and_then(|item| status_of(&item, "state"))
+                    .and_then(|st| serde_json::from_value::<CouponState>(serde_json::Value::String(st)).ok());
+                match state {
+                    Some(CouponState::Locked) => Ok(PutCoupon::Locked),
+                    Some(st) => Ok(PutCoupon::Final(st)),
+                    None => Err(Unavailable::new("put coupon", "condition failed on an unreadable coupon")),
+                }
+            }
             Err(e) => Err(Unavailable::new("put coupon", e)),
         }
     }
@@ -880,5 +985,54 @@ impl DynamoStore {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_transaction_conflicts_are_retried_on_single_item_writes() {
+        assert_eq!(classify_single_write(Some("TransactionConflictException")), SingleWriteError::Retry);
+        assert_eq!(classify_single_write(Some("ConditionalCheckFailedException")), SingleWriteError::ConditionFailed);
+        for other in [
+            Some("ValidationException"),
+            Some("ResourceNotFoundException"),
+            Some("ItemCollectionSizeLimitExceededException"),
+            // Throttling is retried by the SDK's own policy before it gets here.
+            Some("ProvisionedThroughputExceededException"),
+            None,
+        ] {
+            assert_eq!(classify_single_write(other), SingleWriteError::Fail, "{other:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_single_item_write_is_sent_again_after_a_transaction_conflict() {
+        use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+        use aws_sdk_dynamodb::types::error::TransactionConflictException;
+        let calls = std::sync::atomic::AtomicU32::new(0);
+        let res: Result<Result<u32, _>, _> = send_single(|| async {
+            let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if n < 2 {
+                let err = UpdateItemError::TransactionConflictException(
+                    TransactionConflictException::builder()
+                        .message("conflict")
+                        .meta(
+                            aws_sdk_dynamodb::error::ErrorMetadata::builder()
+                                .code("TransactionConflictException")
+                                .build(),
+                        )
+                        .build(),
+                );
+                Err(SdkError::<UpdateItemError, ()>::service_error(err, ()))
+            } else {
+                Ok(n)
+            }
+        })
+        .await;
+        assert_eq!(res.ok().and_then(|r| r.ok()), Some(2));
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
     }
 }

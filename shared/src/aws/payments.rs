@@ -27,6 +27,12 @@ fn evidence_list(e: &Evidence) -> Av {
     Av::L(vec![Av::M(serde_dynamo::to_item(e).expect("serialisable"))])
 }
 
+/// How long a notification dedupe record is kept (DynamoDB TTL on
+/// `expires_at_epoch`). Providers retry for hours or days, not months; a
+/// replay after this still changes nothing, because a settled attempt is
+/// never recorded twice.
+pub const NOTIFY_DEDUPE_TTL_SECONDS: i64 = 30 * 24 * 3600;
+
 pub fn notify_key(n: &Notification) -> String {
     format!("NOTIFY#{}#{}", n.channel, n.notify_id)
 }
@@ -35,12 +41,21 @@ pub fn channel_txn_key(channel: &ChannelName, txn: &str) -> String {
     format!("CHTXN#{channel}#{txn}")
 }
 
+fn claimed_from(item: &Item) -> Result<ClaimedPayment, Unavailable> {
+    let field = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
+    let payment_id = field("payment_id")
+        .and_then(|p| PaymentId::parse(p).ok())
+        .ok_or_else(|| Unavailable::new("payment idempotency record", "record without payment_id"))?;
+    Ok(ClaimedPayment { payment_id, request_hash: field("request_hash").unwrap_or_default() })
+}
+
 impl DynamoStore {
     fn notify_put(&self, n: &Notification, payment_id: &PaymentId, at: Timestamp) -> TransactWriteItem {
         let mut item = key(notify_key(n), "NOTIFY");
         item.insert("entity".into(), s("NOTIFICATION"));
         item.insert("payment_id".into(), s(payment_id.as_str()));
         item.insert("received_at".into(), s(at.to_string()));
+        item.insert("expires_at_epoch".into(), super::dynamo::n(at.unix_seconds() + NOTIFY_DEDUPE_TTL_SECONDS));
         put(self.table(), item, Some("attribute_not_exists(pk)"))
     }
 
@@ -69,26 +84,45 @@ impl DynamoStore {
         let mut cond = format!("attribute_exists(pk) AND {from_cond}");
         if let Some(t) = txn {
             // A success names its channel transaction once; a report of the
-            // same payment with another transaction id is a mismatch.
+            // same payment with another transaction id is a mismatch. The
+            // same success again (a provider resending with a new
+            // notify_id) must not grow the item: it is refused here and
+            // read back as a duplicate from the old item.
             set.push_str(", channel_txn_id = :t");
-            cond.push_str(" AND (attribute_not_exists(channel_txn_id) OR channel_txn_id = :t)");
+            cond.push_str(
+                " AND (attribute_not_exists(channel_txn_id) OR channel_txn_id = :t) \
+                 AND NOT (#status = :s AND channel_txn_id = :t)",
+            );
             u = u.expression_attribute_values(":t", s(t));
         }
-        let u = u.update_expression(set).condition_expression(cond).build().expect("complete update");
+        let u = u
+            .update_expression(set)
+            .condition_expression(cond)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .expect("complete update");
         TransactWriteItem::builder().update(u).build()
     }
 }
 
 #[async_trait]
 impl PaymentStore for DynamoStore {
-    async fn record_attempt(&self, order: &Order, attempt: &PaymentAttempt) -> Result<AttemptResult, Unavailable> {
+    async fn record_keyed_attempt(
+        &self,
+        order: &Order,
+        attempt: &PaymentAttempt,
+        claim: Option<&PaymentClaim>,
+    ) -> Result<AttemptResult, Unavailable> {
         let now = attempt.created_at;
         let order_update = Update::builder()
             .table_name(self.table())
             .set_key(Some(key(keys::order(&order.order_id), keys::ORDER_SK)))
             .update_expression("SET payment_attempts = payment_attempts + :one, version = version + :one")
-            .condition_expression("#status = :pending AND version = :v AND expire_at > :now")
+            .condition_expression(
+                "#status = :pending AND version = :v AND expire_at > :now AND payment_attempts < :max",
+            )
             .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":max", n(payment::MAX_PAYMENT_ATTEMPTS))
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":pending", s("PENDING_PAYMENT"))
             .expression_attribute_values(":v", n(order.version))
@@ -102,22 +136,57 @@ impl PaymentStore for DynamoStore {
         let mut pointer = key(format!("PAYMENT#{}", attempt.payment_id), "PAYMENT");
         pointer.insert("entity".into(), s("PAYMENT_POINTER"));
         pointer.insert("order_id".into(), s(order.order_id.as_str()));
-        let items = vec![
+        let mut items = vec![
             TransactWriteItem::builder().update(order_update).build(),
             put(self.table(), pay, Some("attribute_not_exists(pk)")),
             put(self.table(), pointer, Some("attribute_not_exists(pk)")),
         ];
+        if let Some(c) = claim {
+            let mut idem =
+                key(keys::idempotency(&order.user_id, &c.key), &keys::payment_idempotency_sk(&order.order_id));
+            idem.insert("entity".into(), s("IDEMPOTENCY_KEY"));
+            idem.insert("request_hash".into(), s(&c.request_hash));
+            idem.insert("payment_id".into(), s(attempt.payment_id.as_str()));
+            idem.insert("created_at".into(), s(now.to_string()));
+            let p = Put::builder()
+                .table_name(self.table())
+                .set_item(Some(idem))
+                .condition_expression("attribute_not_exists(pk)")
+                .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                .build()
+                .expect("complete put");
+            items.push(TransactWriteItem::builder().put(p).build());
+        }
         match self.transact_items(items, "record payment attempt").await? {
             Ok(()) => Ok(AttemptResult::Recorded),
-            // The order's condition failed: the order as it is now came back
-            // with the cancellation (ALL_OLD), so no second read is needed.
-            Err(failed) => match failed.into_iter().next().flatten() {
-                Some(old) if old.contains_key("pk") => Ok(AttemptResult::NotPayable(Box::new(
-                    serde_dynamo::from_item(old).map_err(|e| Unavailable::new("decode order", e))?,
-                ))),
-                _ => Ok(AttemptResult::NotFound),
-            },
+            Err(failed) => {
+                // The key first: a replay is answered whatever the order
+                // became since.
+                if let Some(Some(old)) = failed.get(3) {
+                    return Ok(AttemptResult::Replay(claimed_from(old)?));
+                }
+                // The order's condition failed: the order as it is now came
+                // back with the cancellation (ALL_OLD), so no second read is
+                // needed.
+                match failed.into_iter().next().flatten() {
+                    Some(old) if old.contains_key("pk") => Ok(AttemptResult::NotPayable(Box::new(
+                        serde_dynamo::from_item(old).map_err(|e| Unavailable::new("decode order", e))?,
+                    ))),
+                    _ => Ok(AttemptResult::NotFound),
+                }
+            }
         }
+    }
+
+    async fn claimed_payment(
+        &self,
+        order: &Order,
+        key: &IdempotencyKey,
+    ) -> Result<Option<ClaimedPayment>, Unavailable> {
+        self.get_item(keys::idempotency(&order.user_id, key), &keys::payment_idempotency_sk(&order.order_id))
+            .await?
+            .map(|item| claimed_from(&item))
+            .transpose()
     }
 
     async fn attempt(&self, payment_id: &PaymentId) -> Result<Option<PaymentAttempt>, Unavailable> {
@@ -258,14 +327,26 @@ impl PaymentStore for DynamoStore {
             }),
             Err(failed) => {
                 let hit = |i: Option<usize>| i.is_some_and(|i| matches!(failed.get(i), Some(Some(_))));
+                // The attempt already holds this very success: whatever the
+                // order is, that success was written together with its
+                // outcome (PAID or the refund), so nothing is left to do.
+                let same_success = failed.get(payment_at).cloned().flatten().is_some_and(|old| {
+                    let attr = |n: &str| old.get(n).and_then(|v| v.as_s().ok()).cloned();
+                    attr("status").as_deref() == Some(PaymentStatus::Succeeded.as_str())
+                        && attr("channel_txn_id").as_deref() == Some(channel_txn_id)
+                });
                 Ok(if hit(notify_at) {
                     SettleResult::Duplicate
-                } else if hit(Some(txn_at)) || hit(Some(payment_at)) {
-                    SettleResult::TxnIdTaken
                 } else if hit(refund_at) {
                     SettleResult::RefundPending
                 } else if hit(Some(order_at)) {
+                    // Decided on a stale order: the caller re-reads it (and
+                    // then finds this same success a duplicate).
                     SettleResult::OrderMoved
+                } else if same_success {
+                    SettleResult::Duplicate
+                } else if hit(Some(txn_at)) || hit(Some(payment_at)) {
+                    SettleResult::TxnIdTaken
                 } else {
                     return Err(Unavailable::new("settle payment success", "cancelled on an unexpected condition"));
                 })

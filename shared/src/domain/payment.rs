@@ -32,6 +32,12 @@ impl PaymentStatus {
     }
 }
 
+/// How many payment attempts one order may have. Each new attempt closes
+/// the previous one at the channel, and the close path asks the channel
+/// about every attempt not yet settled, so this bound is what keeps a close
+/// (and its lease) short whatever a client does.
+pub const MAX_PAYMENT_ATTEMPTS: u32 = 5;
+
 /// Whether a channel fact may be recorded over the local status. A verified
 /// success is always recorded — money that moved must never be lost, even
 /// if an earlier query found nothing (it then leads to PAID or a refund).

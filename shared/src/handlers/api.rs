@@ -1,5 +1,6 @@
 //! HTTP API helpers: routing keys, path parameters, headers.
 
+use crate::error::ApiError;
 use lambda_http::request::RequestContext;
 use lambda_http::{Request, RequestExt};
 
@@ -21,6 +22,18 @@ pub fn header<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
     req.headers().get(name).and_then(|v| v.to_str().ok())
 }
 
+/// The `Idempotency-Key` header: `Ok(None)` when it is missing, an error
+/// naming the header when it is there but not visible ASCII (which
+/// `header` would report as missing).
+pub fn idempotency_key(req: &Request) -> Result<Option<&str>, ApiError> {
+    match req.headers().get("idempotency-key") {
+        None => Ok(None),
+        Some(v) => v.to_str().map(Some).map_err(|_| {
+            ApiError::invalid("the Idempotency-Key header must be 1 to 128 ASCII characters of [A-Za-z0-9-_.:]")
+        }),
+    }
+}
+
 pub fn body_bytes(req: &Request) -> &[u8] {
     req.body().as_ref()
 }
@@ -38,4 +51,34 @@ pub fn caller_identity(req: &Request) -> String {
         }
     }
     "unknown (no IAM identity in the request context)".to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lambda_http::http::HeaderValue;
+    use lambda_http::Body;
+
+    fn with_key(v: Option<HeaderValue>) -> Request {
+        let mut b = lambda_http::http::Request::builder();
+        if let Some(v) = v {
+            b = b.header("Idempotency-Key", v);
+        }
+        b.body(Body::Empty).unwrap()
+    }
+
+    #[test]
+    fn a_non_ascii_idempotency_key_is_invalid_not_missing() {
+        let bad = with_key(Some(HeaderValue::from_bytes("clé-1".as_bytes()).unwrap()));
+        match idempotency_key(&bad) {
+            Err(ApiError::Refused { code, message, .. }) => {
+                assert_eq!(code, "invalid_request");
+                assert!(message.contains("Idempotency-Key"), "{message}");
+                assert!(!message.contains("required"), "{message}");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert_eq!(idempotency_key(&with_key(None)).unwrap(), None);
+        assert_eq!(idempotency_key(&with_key(Some(HeaderValue::from_static("k-1")))).unwrap(), Some("k-1"));
+    }
 }

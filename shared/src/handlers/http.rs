@@ -1,6 +1,6 @@
 //! HTTP handlers: route, call one use case, respond through [`crate::http`].
 
-use super::api::{body_bytes, caller_identity, header, path_param, route_key};
+use super::api::{body_bytes, caller_identity, header, idempotency_key, path_param, route_key};
 use crate::aws::dynamo::DynamoStore;
 use crate::aws::queue::SqsCloseReminders;
 use crate::aws::sandbox::ConfiguredChannel;
@@ -20,7 +20,11 @@ use tracing::warn;
 
 /// POST /orders
 pub async fn create_order(uc: &CreateOrder<DynamoStore>, req: Request) -> Response<Body> {
-    match uc.execute(header(&req, "idempotency-key"), body_bytes(&req)).await {
+    let key = match idempotency_key(&req) {
+        Ok(k) => k,
+        Err(e) => return error_response(&e),
+    };
+    match uc.execute(key, body_bytes(&req)).await {
         Ok(created) => {
             let o = &created.order;
             let mut resp = json_response(
@@ -48,6 +52,34 @@ pub struct OrderApi {
     pub merchant_id: String,
     /// The close use case, for lazy-expiry reminders and operator checks.
     pub closer: CloseOrder<DynamoStore, ConfiguredChannel, SqsCloseReminders>,
+    /// The channel's not-found grace (`CHANNEL_NOT_FOUND_GRACE_SECONDS`).
+    pub not_found_grace: std::time::Duration,
+}
+
+/// POST /orders/{order_id}/payments
+async fn start_payment(app: &OrderApi, req: &Request) -> Response<Body> {
+    let uc = payments::StartPayment {
+        store: &app.store,
+        channel: app.channel.sandbox(),
+        clock: app.clock.as_ref(),
+        ids: app.ids.as_ref(),
+        merchant_id: &app.merchant_id,
+        not_found_grace: app.not_found_grace,
+    };
+    let started = match idempotency_key(req) {
+        Ok(key) => uc.execute(&path_param(req, "order_id"), key, body_bytes(req)).await,
+        Err(e) => Err(e),
+    };
+    match started {
+        Ok(s) => {
+            let mut resp = json_response(201, &s.view);
+            if s.replayed {
+                resp.headers_mut().insert("idempotent-replayed", "true".parse().expect("valid header"));
+            }
+            resp
+        }
+        Err(e) => error_response(&e),
+    }
 }
 
 /// GET /orders/{order_id}, POST /orders/{order_id}/payments and the /admin routes.
@@ -68,17 +100,7 @@ pub async fn order_api(app: &OrderApi, req: Request) -> Response<Body> {
         "POST /admin/orders/{order_id}/check" => {
             force_check(&app.closer, &path_param(&req, "order_id"), &caller_identity(&req)).await.map(|v| (200, v))
         }
-        "POST /orders/{order_id}/payments" => payments::start_payment(
-            store,
-            app.channel.sandbox(),
-            app.clock.as_ref(),
-            app.ids.as_ref(),
-            &app.merchant_id,
-            &path_param(&req, "order_id"),
-            body,
-        )
-        .await
-        .map(|v| (201, v)),
+        "POST /orders/{order_id}/payments" => return start_payment(app, &req).await,
         "PUT /admin/skus/{sku}" => queries::put_stock(store, &path_param(&req, "sku"), body).await.map(|v| (200, v)),
         "GET /admin/skus/{sku}" => queries::get_stock(store, &path_param(&req, "sku")).await.map(|v| (200, v)),
         "PUT /admin/coupons/{coupon_id}" => {

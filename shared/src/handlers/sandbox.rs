@@ -22,6 +22,41 @@ pub struct Sandbox {
     pub http: reqwest::Client,
 }
 
+/// The body of `POST /sandbox/payments/{payment_id}/settle`, validated:
+/// a field of the wrong type is refused, never ignored (a test that meant
+/// to notify must not silently not notify).
+#[derive(Debug, PartialEq)]
+pub struct SettleRequest {
+    pub outcome: Option<PaymentStatus>,
+    pub notify: bool,
+    pub faults: Option<Faults>,
+}
+
+impl SettleRequest {
+    pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
+        let body = json_object(body)?;
+        if let Some(k) = body.keys().find(|k| !["outcome", "notify", "faults"].contains(&k.as_str())) {
+            return Err(ApiError::invalid(format!("{k} is not a known field")));
+        }
+        let outcome = match body.get("outcome") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(o)) if o == "SUCCEEDED" => Some(PaymentStatus::Succeeded),
+            Some(Value::String(o)) if o == "FAILED" => Some(PaymentStatus::Failed),
+            Some(o) => return Err(ApiError::invalid(format!("outcome {o} must be \"SUCCEEDED\" or \"FAILED\""))),
+        };
+        let notify = match body.get("notify") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(n) => return Err(ApiError::invalid(format!("notify {n} must be true or false"))),
+        };
+        let faults = match body.get("faults") {
+            None | Some(Value::Null) => None,
+            Some(f) => Some(serde_json::from_value(f.clone()).map_err(|e| ApiError::invalid(format!("faults: {e}")))?),
+        };
+        Ok(Self { outcome, notify, faults })
+    }
+}
+
 pub async fn settle(app: &Sandbox, req: Request) -> Response<Body> {
     respond(settle_inner(app, &req).await.map(|v| (200, v)))
 }
@@ -29,18 +64,7 @@ pub async fn settle(app: &Sandbox, req: Request) -> Response<Body> {
 async fn settle_inner(app: &Sandbox, req: &Request) -> Result<Value, ApiError> {
     let raw_id = path_param(req, "payment_id");
     let payment_id = PaymentId::parse(raw_id.clone()).map_err(|_| ApiError::not_found(format!("payment {raw_id}")))?;
-    let body = json_object(body_bytes(req))?;
-    let outcome = match body.get("outcome").and_then(Value::as_str) {
-        None => None,
-        Some("SUCCEEDED") => Some(PaymentStatus::Succeeded),
-        Some("FAILED") => Some(PaymentStatus::Failed),
-        Some(o) => return Err(ApiError::invalid(format!("outcome {o:?} must be SUCCEEDED or FAILED"))),
-    };
-    let notify = body.get("notify").and_then(Value::as_bool).unwrap_or(false);
-    let faults: Option<Faults> = match body.get("faults") {
-        None => None,
-        Some(f) => Some(serde_json::from_value(f.clone()).map_err(|e| ApiError::invalid(format!("faults: {e}")))?),
-    };
+    let SettleRequest { outcome, notify, faults } = SettleRequest::parse(body_bytes(req))?;
     let entry = app
         .ledger
         .settle(&payment_id, outcome, faults.as_ref())
@@ -81,4 +105,34 @@ async fn settle_inner(app: &Sandbox, req: &Request) -> Result<Value, ApiError> {
         result["webhook_response"] = resp.json::<Value>().await.unwrap_or(Value::Null);
     }
     Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(body: &str) -> String {
+        match SettleRequest::parse(body.as_bytes()) {
+            Err(ApiError::Refused { code: "invalid_request", message, .. }) => message,
+            other => panic!("expected invalid_request for {body}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn settle_fields_of_the_wrong_type_are_refused_naming_the_field() {
+        assert!(refusal(r#"{"outcome": 1}"#).contains("outcome"));
+        assert!(refusal(r#"{"outcome": true}"#).contains("outcome"));
+        assert!(refusal(r#"{"outcome": "PAID"}"#).contains("outcome"));
+        assert!(refusal(r#"{"outcome": "SUCCEEDED", "notify": "yes"}"#).contains("notify"));
+        assert!(refusal(r#"{"notify": 1}"#).contains("notify"));
+        assert!(refusal(r#"{"outcome": "FAILED", "notfy": true}"#).contains("notfy"));
+    }
+
+    #[test]
+    fn a_well_formed_settle_body_parses() {
+        let r = SettleRequest::parse(br#"{"outcome":"SUCCEEDED","notify":true}"#).unwrap();
+        assert_eq!((r.outcome, r.notify, r.faults), (Some(PaymentStatus::Succeeded), true, None));
+        let r = SettleRequest::parse(b"{}").unwrap();
+        assert_eq!((r.outcome, r.notify), (None, false));
+    }
 }

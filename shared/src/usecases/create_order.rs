@@ -98,8 +98,13 @@ impl CreateOrderRequest {
         })
     }
 
+    /// Lines are hashed sorted by SKU (a SKU appears once per order), so
+    /// a retry that lists the same lines in another order is the same
+    /// request.
     pub fn request_hash(&self) -> String {
-        hex::encode(Sha256::digest(serde_json::to_vec(self).expect("serialisable")))
+        let mut canonical = self.clone();
+        canonical.items.sort_by(|a, b| a.sku.cmp(&b.sku));
+        hex::encode(Sha256::digest(serde_json::to_vec(&canonical).expect("serialisable")))
     }
 }
 
@@ -220,5 +225,23 @@ mod tests {
         assert_eq!(a.request_hash(), b.request_hash());
         assert_ne!(a.request_hash(), c.request_hash());
         assert_eq!(c.amount_total().unwrap(), 10);
+    }
+
+    #[test]
+    fn the_hash_does_not_depend_on_the_order_of_the_lines() {
+        let ab = CreateOrderRequest::parse(
+            br#"{"user_id":"u","currency":"EUR","items":[{"sku":"a","qty":1,"unit_price":5},{"sku":"b","qty":2,"unit_price":7}]}"#,
+        )
+        .unwrap();
+        let ba = CreateOrderRequest::parse(
+            br#"{"user_id":"u","currency":"EUR","items":[{"sku":"b","qty":2,"unit_price":7},{"sku":"a","qty":1,"unit_price":5}]}"#,
+        )
+        .unwrap();
+        let other = CreateOrderRequest::parse(
+            br#"{"user_id":"u","currency":"EUR","items":[{"sku":"b","qty":1,"unit_price":7},{"sku":"a","qty":2,"unit_price":5}]}"#,
+        )
+        .unwrap();
+        assert_eq!(ab.request_hash(), ba.request_hash());
+        assert_ne!(ab.request_hash(), other.request_hash());
     }
 }

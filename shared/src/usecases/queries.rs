@@ -64,33 +64,89 @@ pub fn admin_order_view(r: &OrderRecord) -> Value {
 }
 
 fn stock_view(s: &crate::store::Stock) -> Value {
-    json!({"sku": s.sku, "available": s.available, "reserved": s.reserved})
+    json!({"sku": s.sku, "available": s.available, "reserved": s.reserved, "sold": s.sold})
 }
 
+/// Upper bound of an operator's stock count or adjustment.
+const MAX_STOCK: i64 = 1_000_000_000;
+
+/// What `PUT /admin/skus/{sku}` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StockChange {
+    /// `{"available": N}`: seed a SKU that does not exist yet.
+    Seed(i64),
+    /// `{"available": N, "if_available": M}`: compare-and-swap.
+    Swap { available: i64, expected: i64 },
+    /// `{"adjust": D}`: add D (may be negative) if the result stays >= 0.
+    Adjust(i64),
+}
+
+impl StockChange {
+    pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
+        let obj = json_object(body)?;
+        if let Some(k) = obj.keys().find(|k| !["available", "if_available", "adjust"].contains(&k.as_str())) {
+            return Err(ApiError::invalid(format!("{k} is not a known field")));
+        }
+        let int = |name: &str, range: std::ops::RangeInclusive<i64>| -> Result<Option<i64>, ApiError> {
+            match obj.get(name) {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => v.as_i64().filter(|a| range.contains(a)).map(Some).ok_or_else(|| {
+                    ApiError::invalid(format!("{name} must be an integer from {} to {}", range.start(), range.end()))
+                }),
+            }
+        };
+        let available = int("available", 0..=MAX_STOCK)?;
+        let expected = int("if_available", 0..=MAX_STOCK)?;
+        let adjust = int("adjust", -MAX_STOCK..=MAX_STOCK)?;
+        match (available, expected, adjust) {
+            (Some(a), None, None) => Ok(Self::Seed(a)),
+            (Some(available), Some(expected), None) => Ok(Self::Swap { available, expected }),
+            (None, None, Some(0)) => Err(ApiError::invalid("adjust must not be 0")),
+            (None, None, Some(d)) => Ok(Self::Adjust(d)),
+            (None, Some(_), None) => Err(ApiError::invalid("if_available needs available")),
+            (None, None, None) => Err(ApiError::invalid("send available (with if_available for a live SKU) or adjust")),
+            _ => Err(ApiError::invalid("send either available (with optional if_available) or adjust, not both")),
+        }
+    }
+}
+
+/// PUT /admin/skus/{sku}. A live SKU's count is only changed relative to
+/// what the operator saw (`if_available`) or by an amount (`adjust`), never
+/// overwritten: orders reserve and release stock concurrently, and a blind
+/// set would silently create or destroy units.
 pub async fn put_stock<S: OrderStore>(store: &S, sku: &str, body: &[u8]) -> Result<Value, ApiError> {
     let sku = Sku::parse(sku).map_err(|e| ApiError::invalid(e.0))?;
-    let obj = json_object(body)?;
-    let count = |name: &str| -> Result<Option<i64>, ApiError> {
-        match obj.get(name) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => v
-                .as_i64()
-                .filter(|a| (0..=1_000_000_000).contains(a))
-                .map(Some)
-                .ok_or_else(|| ApiError::invalid(format!("{name} must be an integer from 0 to 1000000000"))),
-        }
+    let change = StockChange::parse(body)?;
+    let applied = match change {
+        StockChange::Seed(a) => store.put_stock(&sku, a, None).await?,
+        StockChange::Swap { available, expected } => store.put_stock(&sku, available, Some(expected)).await?,
+        StockChange::Adjust(d) => store.adjust_stock(&sku, d).await?,
     };
-    let available = count("available")?.ok_or_else(|| ApiError::invalid("available is required"))?;
-    let expected = count("if_available")?;
-    if store.put_stock(&sku, available, expected).await? == Cas::Rejected {
-        let now = store.stock(&sku).await?.map(|s| s.available).unwrap_or(0);
-        return Err(ApiError::conflict(
-            "stock_changed",
-            format!(
-                "available is {now}, not the {} the request expected; read it again and retry",
-                expected.unwrap_or(0)
+    if applied == Cas::Rejected {
+        // The write changed nothing; this read only explains why.
+        let now = store.stock(&sku).await?;
+        return Err(match (change, now) {
+            (StockChange::Seed(_), Some(s)) => ApiError::conflict(
+                "stock_exists",
+                format!(
+                    "sku {sku} already exists (available {}, reserved {}); send if_available with the count you \
+                     read, or adjust with a relative change",
+                    s.available, s.reserved
+                ),
             ),
-        ));
+            (StockChange::Swap { expected, .. }, Some(s)) => ApiError::conflict(
+                "stock_changed",
+                format!(
+                    "available is {}, not the {expected} the request expected; read it again and retry",
+                    s.available
+                ),
+            ),
+            (StockChange::Adjust(d), Some(s)) => ApiError::conflict(
+                "insufficient_stock",
+                format!("available is {}; adjusting by {d} would make it negative", s.available),
+            ),
+            (_, None) => ApiError::not_found(format!("sku {sku} (seed it with {{\"available\": N}})")),
+        });
     }
     let stock = store.stock(&sku).await?.ok_or_else(|| ApiError::not_found(format!("sku {sku}")))?;
     Ok(stock_view(&stock))
@@ -110,6 +166,7 @@ fn coupon_view(c: &Coupon) -> Value {
     if let Some(o) = &c.locked_by {
         v["locked_by"] = json!(o);
     }
+    v["returnable"] = json!(c.returnable);
     v
 }
 
@@ -126,13 +183,35 @@ pub async fn put_coupon<S: OrderStore>(store: &S, coupon_id: &str, body: &[u8]) 
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::invalid("valid_until is required (RFC 3339, e.g. 2030-01-01T00:00:00Z)"))
         .and_then(|t| Timestamp::parse(t).map_err(|e| ApiError::invalid(format!("valid_until: {e}"))))?;
-    let coupon =
-        Coupon { coupon_id, user_id, valid_until, state: CouponState::Available, locked_by: None, reason: None };
+    let returnable = match obj.get("returnable") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(ApiError::invalid("returnable must be true or false")),
+    };
+    if let Some(k) = obj.keys().find(|k| !["user_id", "valid_until", "returnable"].contains(&k.as_str())) {
+        return Err(ApiError::invalid(format!("{k} is not a known field")));
+    }
+    let coupon = Coupon {
+        coupon_id,
+        user_id,
+        valid_until,
+        state: CouponState::Available,
+        locked_by: None,
+        reason: None,
+        returnable,
+    };
     match store.put_coupon(&coupon).await? {
         PutCoupon::Stored => Ok(coupon_view(&coupon)),
         PutCoupon::Locked => Err(ApiError::conflict(
             "coupon_locked",
             "the coupon is locked by an open order; try again once that order is paid or closed",
+        )),
+        PutCoupon::Final(state) => Err(ApiError::conflict(
+            "coupon_final",
+            format!(
+                "the coupon is {} and keeps that outcome; issue a new coupon_id instead",
+                serde_json::to_value(state).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+            ),
         )),
     }
 }

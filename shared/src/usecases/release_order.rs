@@ -23,8 +23,8 @@ pub struct ResourceReport {
 }
 
 /// The order closed: every RESERVED reservation goes back to stock, the
-/// coupon lock ends AVAILABLE, or EXPIRED if the coupon's own validity
-/// passed in the meantime.
+/// coupon lock ends AVAILABLE, EXPIRED if the coupon's own validity passed
+/// in the meantime, or VOID if the coupon is not returnable by its rule.
 #[instrument(skip_all, fields(order_id = %order_id))]
 pub async fn release_order<S: OrderStore>(
     store: &S,
@@ -60,14 +60,15 @@ pub async fn release_order<S: OrderStore>(
     }
     if let Some(lock) = &record.coupon_lock {
         let now = clock.now();
-        let still_valid = match store.coupon(&lock.coupon_id).await? {
-            Some(c) => c.valid_until > now,
-            None => false,
-        };
-        let (to, reason) = if still_valid {
-            (CouponLockStatus::Available, "order closed unpaid; coupon returned")
-        } else {
-            (CouponLockStatus::Expired, "order closed unpaid after the coupon's validity ended")
+        let coupon = store.coupon(&lock.coupon_id).await?;
+        let (to, reason) = match coupon {
+            // The coupon's own rule wins over its validity: a non-returnable
+            // coupon is spent by being locked, whatever became of the order.
+            Some(c) if !c.returnable => {
+                (CouponLockStatus::Void, "order closed unpaid; the coupon is not returnable by its rule, so it is void")
+            }
+            Some(c) if c.valid_until > now => (CouponLockStatus::Available, "order closed unpaid; coupon returned"),
+            _ => (CouponLockStatus::Expired, "order closed unpaid after the coupon's validity ended"),
         };
         tally(&mut report, store.end_coupon_lock(order_id, &lock.coupon_id, to, reason, now).await?, "coupon lock");
     }

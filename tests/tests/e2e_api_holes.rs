@@ -1,0 +1,58 @@
+//! The review's API holes through the deployed stack (HTTP API → Lambda →
+//! DynamoDB): what the handlers answer, not only what the use cases decide.
+
+use serde_json::json;
+use system_tests::{order_body, unique, Api};
+
+async fn order(api: &Api, prefix: &str) -> String {
+    let sku = unique(prefix);
+    api.put_stock(&sku, 3).await;
+    let r = api.create_order(&unique("k"), &order_body("holes", &sku, 1, None)).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    r.body["order_id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_payment_replayed_with_its_key_answers_the_same_attempt_and_a_missing_key_is_400() {
+    let api = Api::new();
+    let id = order(&api, "replay").await;
+    let first = api.start_payment_with_key(&id, "pay-replay").await;
+    let again = api.start_payment_with_key(&id, "pay-replay").await;
+    assert_eq!((first.status, again.status), (201, 201), "{first:?} {again:?}");
+    assert_eq!(first.body["payment_id"], again.body["payment_id"]);
+    let admin = api.admin_order(&id).await.body;
+    assert_eq!(admin["payment_attempts"], 1, "{admin}");
+    let missing =
+        api.send("POST", &format!("/orders/{id}/payments"), &[], Some(r#"{"channel":"sandbox"}"#), false).await;
+    assert_eq!((missing.status, missing.error_code()), (400, "invalid_request"), "{missing:?}");
+    assert!(missing.body["error"]["message"].as_str().unwrap().contains("Idempotency-Key"));
+}
+
+#[tokio::test]
+async fn a_blind_stock_set_of_a_live_sku_answers_409_naming_what_to_send() {
+    let api = Api::new();
+    let sku = unique("live");
+    api.put_stock(&sku, 5).await;
+    let path = format!("/admin/skus/{sku}");
+    let blind = api.send("PUT", &path, &[], Some(r#"{"available": 50}"#), true).await;
+    assert_eq!((blind.status, blind.error_code()), (409, "stock_exists"), "{blind:?}");
+    let adjusted = api.send("PUT", &path, &[], Some(r#"{"adjust": -2}"#), true).await;
+    assert_eq!((adjusted.status, &adjusted.body["available"]), (200, &json!(3)), "{adjusted:?}");
+    assert_eq!(api.stock(&sku).await, json!({"sku": sku, "available": 3, "reserved": 0, "sold": 0}));
+}
+
+#[tokio::test]
+async fn a_sandbox_settle_body_of_the_wrong_type_is_refused_naming_the_field() {
+    let api = Api::new();
+    let id = order(&api, "settle").await;
+    let pay = api.start_payment(&id).await;
+    let payment_id = pay.body["payment_id"].as_str().unwrap().to_owned();
+    for (body, field) in
+        [(json!({"outcome": 1}), "outcome"), (json!({"outcome": "SUCCEEDED", "notify": "yes"}), "notify")]
+    {
+        let r = api.settle(&payment_id, &body).await;
+        assert_eq!(r.status, 400, "{body}: {r:?}");
+        assert!(r.body["error"]["message"].as_str().unwrap().contains(field), "{r:?}");
+    }
+    assert_eq!(api.get_order(&id).await.body["payments"][0]["status"], "PROCESSING", "nothing settled");
+}
