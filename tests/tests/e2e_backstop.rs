@@ -249,3 +249,53 @@ async fn many_closers_at_once_claim_closing_exactly_once() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn the_sweep_paused_then_resumed_drains_its_backlog() {
+    let api = Api::new();
+    let scheduler = aws_sdk_scheduler::Client::new(&stack_config().await);
+    let name = stack_env("SWEEP_SCHEDULE_NAME");
+    let sched = scheduler.get_schedule().name(&name).send().await.expect("the sweep's schedule");
+    let set_state = |state: aws_sdk_scheduler::types::ScheduleState| {
+        scheduler
+            .update_schedule()
+            .name(&name)
+            .set_group_name(sched.group_name().map(str::to_owned))
+            .set_schedule_expression(sched.schedule_expression().map(str::to_owned))
+            .set_flexible_time_window(sched.flexible_time_window().cloned())
+            .set_target(sched.target().cloned())
+            .state(state)
+            .send()
+    };
+    let sku = seeded(&api, "bs-backlog", 20).await;
+    // Orders with no wake-up of their own: only the sweep (or a read) closes them.
+    let mut orders = Vec::new();
+    for _ in 0..20 {
+        orders.push(create(&api, &unique("fault-no-wakeup-backlog"), &sku, 1).await);
+    }
+    // Paused: nothing below panics until the sweep is resumed.
+    set_state(aws_sdk_scheduler::types::ScheduleState::Disabled).await.expect("pause the sweep");
+    let last_due = orders.iter().map(|(_, e)| *e).max().unwrap().plus(sweep_grace());
+    sleep_past(last_due).await;
+    let mut open_while_paused = 0;
+    for (id, _) in &orders {
+        if api.admin_order(id).await.body["status"] == "PENDING_PAYMENT" {
+            open_while_paused += 1;
+        }
+    }
+    set_state(aws_sdk_scheduler::types::ScheduleState::Enabled).await.expect("resume the sweep");
+    let resumed = Instant::now();
+    for (id, _) in &orders {
+        admin_until(&api, id, "the backlog to drain", sweep_bound(), |v| v["status"] == "CLOSED").await;
+    }
+    println!(
+        "sweep paused with a backlog of {open_while_paused} overdue orders: drained {:.1} s after it resumed",
+        resumed.elapsed().as_secs_f64()
+    );
+    assert!(open_while_paused > 0, "the pause left a backlog");
+    eventually("stock back once", Duration::from_secs(90), || async {
+        let s = api.stock(&sku).await;
+        (s["available"] == 20 && s["reserved"] == 0).then_some(())
+    })
+    .await;
+}

@@ -326,12 +326,10 @@ async fn payment_entry_is_refused_after_expiry_and_on_final_orders() {
     p.wait_expired().await;
     let late = p.api.start_payment(&p.order_id).await;
     assert_eq!(late.status, 409, "{late:?}");
-    let status_now = p.api.get_order(&p.order_id).await.body["status"].clone();
-    if status_now == "PENDING_PAYMENT" {
-        assert_eq!(late.error_code(), "order_expired", "{late:?}");
-    } else {
-        assert_eq!(late.error_code(), "order_not_payable", "{late:?}");
-    }
+    // Past expire_at the answer is "expired" while the order is still
+    // PENDING_PAYMENT and "not payable" once the closer has claimed it; the
+    // close now follows expiry within about a second, so either is seen.
+    assert!(["order_expired", "order_not_payable"].contains(&late.error_code()), "{late:?}");
     // The open attempt is at the channel as PROCESSING: the close holds
     // until the channel answers. It answers: failed.
     p.api.settle(&p.payment_id, &json!({"outcome": "FAILED", "notify": true})).await;
