@@ -81,6 +81,10 @@ pub trait WakeUpScheduler: Send + Sync {
     async fn cancel_wake_up(&self, order_id: &OrderId) -> Result<(), Unavailable>;
 }
 
+/// The longest delay a reminder can be put back with (SQS's 15 minutes);
+/// a longer wait is covered by successive reminders, each re-checking.
+pub const MAX_REMINDER_DELAY: Duration = Duration::from_secs(900);
+
 /// Puts a close reminder back for later (an early or blocked wake-up).
 #[async_trait]
 pub trait CloseReminders: Send + Sync {

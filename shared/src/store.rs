@@ -226,7 +226,13 @@ pub trait OrderStore: Send + Sync {
         every: std::time::Duration,
     ) -> Result<Cas, Unavailable>;
 
-    /// Appends an operator check to the order's audit list.
+    /// An early reminder is about to be put back until `until`: notes it on
+    /// the order, unless another put-back reminder is still on its way (one
+    /// noted with a later time). Applied means "send it"; rejected means
+    /// this reminder is a duplicate and ends. Status and version untouched.
+    async fn note_early_reminder(&self, order: &Order, until: Timestamp, now: Timestamp) -> Result<Cas, Unavailable>;
+
+    /// Records an operator check beside the order (its own item).
     async fn record_check(&self, order_id: &OrderId, check: &OperatorCheck) -> Result<Cas, Unavailable>;
 
     /// The order's effects (stock, coupon) are all settled: its entry leaves
@@ -415,6 +421,8 @@ pub enum DueItem {
 pub struct DueEntry {
     pub item: DueItem,
     pub due_at: Timestamp,
+    /// The entry's index key: a cursor that continues right after it.
+    pub key: DueCursor,
 }
 
 /// Where a paginated read of one shard stopped (DynamoDB's

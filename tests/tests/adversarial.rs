@@ -145,7 +145,12 @@ impl World {
     /// A webhook's success for `a`, decided on the order as it is now.
     async fn webhook_success(&self, a: &PaymentAttempt, txn: &str) -> Result<SettleResult, Unavailable> {
         let o = self.now_order(&a.order_id).await;
-        let ev = Evidence { at: self.clock.now(), source: "notification".into(), status: PaymentStatus::Succeeded, detail: None };
+        let ev = Evidence {
+            at: self.clock.now(),
+            source: "notification".into(),
+            status: PaymentStatus::Succeeded,
+            detail: None,
+        };
         let n = Notification { channel: a.channel.clone(), notify_id: format!("n-{}", rand::random::<u64>()) };
         self.store.settle_success(&o, a, txn, ev, Some(&n), "refund").await
     }
@@ -184,7 +189,9 @@ impl World {
             item.insert("due_shard".to_string(), Av::S(shard.into()));
             item.insert("due_at".to_string(), Av::S(due.to_string()));
             writes.push(
-                WriteRequest::builder().put_request(PutRequest::builder().set_item(Some(item)).build().unwrap()).build(),
+                WriteRequest::builder()
+                    .put_request(PutRequest::builder().set_item(Some(item)).build().unwrap())
+                    .build(),
             );
             ids.push(id);
         }
@@ -192,7 +199,8 @@ impl World {
             let mut pending = HashMap::from([(self.store.table().to_owned(), chunk.to_vec())]);
             while !pending.is_empty() {
                 let out = self.store.client().batch_write_item().set_request_items(Some(pending)).send().await.unwrap();
-                pending = out.unprocessed_items.unwrap_or_default().into_iter().filter(|(_, v)| !v.is_empty()).collect();
+                pending =
+                    out.unprocessed_items.unwrap_or_default().into_iter().filter(|(_, v)| !v.is_empty()).collect();
             }
         }
         ids
@@ -226,7 +234,7 @@ fn final_transitions(o: &Order) -> usize {
 /// live chain per early delivery. Nothing (no lease, no note) dedupes the
 /// put-back of a not-yet-due order.
 #[tokio::test]
-async fn finding_early_duplicate_wakeups_and_an_early_operator_check_start_parallel_reminder_chains() {
+async fn early_duplicate_wakeups_and_an_early_check_leave_one_reminder_chain() {
     let w = World::new().await;
     let o = w.order().await;
     // The schedule's wake-up (start of the minute before expire_at)...
@@ -250,7 +258,7 @@ async fn finding_early_duplicate_wakeups_and_an_early_operator_check_start_paral
 /// an earlier page is not retried by the next run — only after the shard
 /// has been read to its end, which under a backlog can be many periods.
 #[tokio::test]
-async fn finding_a_failed_redrive_before_a_stored_cursor_is_skipped_by_the_next_run() {
+async fn a_failed_redrive_is_retried_by_the_next_run_even_with_a_stored_cursor() {
     let store = fresh_table(&dynamodb_local().await).await.with_shards(DueShards { count: 1, sweep_count: 1 });
     let w = World::with_store(store).await;
     let ids = w.raw_entries("FX#0", 6).await;
@@ -278,7 +286,7 @@ async fn finding_a_failed_redrive_before_a_stored_cursor_is_skipped_by_the_next_
 /// 60 s timeout: the run is killed, stores no cursor and emits no
 /// SweepCompleted, and the next run starts over on the same page.
 #[tokio::test]
-async fn finding_the_sweep_budget_is_only_checked_between_pages_so_a_slow_page_outlives_the_function() {
+async fn the_sweep_stops_mid_page_once_its_budget_is_spent() {
     let store = fresh_table(&dynamodb_local().await).await.with_shards(DueShards { count: 1, sweep_count: 1 });
     let w = World::with_store(store).await;
     w.raw_entries("FX#0", 100).await;
@@ -302,7 +310,7 @@ async fn finding_the_sweep_budget_is_only_checked_between_pages_so_a_slow_page_o
 /// webhook's PAID transaction: a confirmed payment can no longer be
 /// recorded, the order can never become final, and its stock stays held.
 #[tokio::test]
-async fn finding_unbounded_operator_checks_make_the_order_unwritable_and_a_payment_unrecordable() {
+async fn operator_checks_never_grow_the_order_item_so_a_payment_still_records() {
     let w = World::new().await;
     let o = w.order().await;
     let a = w.with_attempt(&o).await;
@@ -375,7 +383,7 @@ async fn finding_unbounded_operator_checks_make_the_order_unwritable_and_a_payme
 /// counts `LatePaymentRefund` again for every resend (an alarmed metric),
 /// instead of `duplicate`.
 #[tokio::test]
-async fn finding_a_resent_success_on_a_closed_order_is_answered_refund_pending_not_duplicate() {
+async fn a_resent_success_on_a_closed_order_is_a_duplicate_not_a_new_refund() {
     let w = World::new().await;
     let o = w.order().await;
     let a = w.with_attempt(&o).await;
@@ -383,7 +391,11 @@ async fn finding_a_resent_success_on_a_closed_order_is_answered_refund_pending_n
     assert_eq!(w.closer().close(&o.order_id, "c").await.unwrap(), CloseOutcome::Closed);
     assert_eq!(w.webhook_success(&a, "tx-late").await.unwrap(), SettleResult::RefundPending);
     let again = w.webhook_success(&a, "tx-late").await.unwrap();
-    assert_eq!(again, SettleResult::Duplicate, "a resend changed nothing but is reported (and counted) as a new late payment");
+    assert_eq!(
+        again,
+        SettleResult::Duplicate,
+        "a resend changed nothing but is reported (and counted) as a new late payment"
+    );
 }
 
 // ============================================================ GUARDS
@@ -520,7 +532,12 @@ async fn guard_a_dead_closer_is_found_by_the_sweep_after_its_lease_and_nothing_i
     w.clock.set(T0 + WINDOW_MS);
     // Simulate "claimed and died": claim CLOSING directly with a 60 s lease.
     let now = w.clock.now();
-    let lease = ClosingLease { started_at: now, owner: "dead".into(), lease_until: now.plus(Duration::from_secs(60)), resumes: 0 };
+    let lease = ClosingLease {
+        started_at: now,
+        owner: "dead".into(),
+        lease_until: now.plus(Duration::from_secs(60)),
+        resumes: 0,
+    };
     let cur = w.now_order(&o.order_id).await;
     assert_eq!(w.store.begin_closing(&cur, &lease, now).await.unwrap(), Cas::Applied);
     let redrive = ScriptedRedrive::default();

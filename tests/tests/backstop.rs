@@ -214,16 +214,15 @@ async fn a_run_out_of_time_stores_its_cursors_and_the_next_run_goes_on_from_ther
         ids.push(w.order().await.order_id);
     }
     w.clock.set(T0 + 120_000);
-    // Page of 2 and no time at all: one page per shard, then stop.
+    // Page of 2 and no time at all: each run handles one entry (a run
+    // always moves), stores where it stopped, and the next goes on.
     let tight = SweepConfig { page: 2, budget: Duration::ZERO, ..cfg() };
-    let (r, calls) = w.sweep(&tight).await;
-    assert_eq!(calls, vec![format!("close {}", ids[0]), format!("close {}", ids[1])], "oldest first");
-    assert_eq!(r.unfinished, vec!["OPEN#0".to_string()]);
-    let (_, calls) = w.sweep(&tight).await;
-    assert_eq!(calls, vec![format!("close {}", ids[2]), format!("close {}", ids[3])], "continued, not restarted");
-    let (r, calls) = w.sweep(&tight).await;
-    assert_eq!(calls, vec![format!("close {}", ids[4])]);
-    assert!(r.unfinished.is_empty(), "finished: the next run starts from the top");
+    for (i, id) in ids.iter().enumerate() {
+        let (r, calls) = w.sweep(&tight).await;
+        assert_eq!(calls, vec![format!("close {id}")], "run {i}: oldest first, continued, not restarted");
+        let last = i == ids.len() - 1;
+        assert_eq!(r.unfinished.is_empty(), last, "run {i}: {:?}", r.unfinished);
+    }
     let (_, calls) = w.sweep(&cfg()).await;
     assert_eq!(calls.len(), 5, "still open, so all found again from the top");
 }
@@ -391,9 +390,10 @@ async fn a_force_check_runs_the_close_use_case_and_records_who_asked_and_what_it
     let v = force_check(&w.closer(), o.order_id.as_str(), "arn:aws:iam::1:user/ops").await.unwrap();
     assert_eq!(v["outcome"], "closed");
     assert_eq!(v["status"], "CLOSED");
+    w.clock.set(T0 + 62_000);
     let again = force_check(&w.closer(), o.order_id.as_str(), "arn:aws:iam::1:role/oncall").await.unwrap();
     assert_eq!((again["found"].as_str(), again["outcome"].as_str()), (Some("CLOSED"), Some("already_final")));
-    let order = w.store.order(&o.order_id).await.unwrap().unwrap();
+    let order = w.store.order_record(&o.order_id).await.unwrap().unwrap().order;
     let who: Vec<_> = order.checks.iter().map(|c| (c.by.as_str(), c.outcome.as_str())).collect();
     assert_eq!(
         who,
@@ -428,4 +428,37 @@ async fn a_new_payment_window_leaves_existing_orders_expire_at_and_rule_alone() 
     w.clock.set(T0 + 60_000);
     assert_eq!(w.closer().close(&before.order_id, "t").await.unwrap(), CloseOutcome::Closed);
     assert!(matches!(w.closer().close(&after.order_id, "t").await.unwrap(), CloseOutcome::RemindedLater { .. }));
+}
+
+#[tokio::test]
+async fn a_coupon_lock_another_release_already_ended_counts_as_done_not_as_a_breach() {
+    let w = World::new().await;
+    let coupon = Coupon {
+        coupon_id: CouponId::parse("C-RULE").unwrap(),
+        user_id: UserId::parse("u1").unwrap(),
+        valid_until: Timestamp::from_unix_millis(T0 + 86_400_000),
+        state: CouponState::Available,
+        locked_by: None,
+        reason: None,
+        returnable: true,
+    };
+    w.store.put_coupon(&coupon).await.unwrap();
+    let body = json!({"user_id": "u1", "currency": "EUR", "coupon_id": "C-RULE",
+                      "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
+    let o = w.creator(WINDOW, "w60").execute(Some("kc"), body.to_string().as_bytes()).await.unwrap().order;
+    w.clock.set(T0 + 60_000);
+    assert_eq!(w.closer().close(&o.order_id, "t").await.unwrap(), CloseOutcome::Closed);
+    // A first release returned the coupon and died before the rest; then an
+    // operator re-wrote the (now AVAILABLE) coupon as non-returnable.
+    let first = w
+        .store
+        .end_coupon_lock(&o.order_id, &coupon.coupon_id, CouponLockStatus::Available, "returned", w.clock.now())
+        .await
+        .unwrap();
+    assert_eq!(first, Ok(Step::Moved(CouponLockStatus::Available)));
+    w.store.put_coupon(&Coupon { returnable: false, ..coupon.clone() }).await.unwrap();
+    let report = release_order(&w.store, &w.clock, &o.order_id).await.unwrap();
+    assert_eq!(report.refused, 0, "{report:?}");
+    assert_eq!(w.index_entry(&o.order_id).await, None, "effects done: out of the index, not re-driven forever");
+    assert_eq!(w.store.coupon(&coupon.coupon_id).await.unwrap().unwrap().state, CouponState::Available);
 }

@@ -81,7 +81,7 @@ impl DueIndex for DynamoStore {
                     entry = DueItem::OrderEffects(id.clone());
                 }
                 let due_at = Timestamp::parse(get("due_at")).unwrap_or(cutoff);
-                DueEntry { item: entry, due_at }
+                DueEntry { item: entry, due_at, key: cursor_of(item) }
             })
             .collect();
         Ok(DuePage {

@@ -433,6 +433,7 @@ impl DynamoStore {
         let mut coupon_lock = None;
         let mut payments = Vec::new();
         let mut refunds = Vec::new();
+        let mut checks = Vec::new();
         let mut bad = Vec::new();
         fn take<T: serde::de::DeserializeOwned>(
             item: Item,
@@ -454,9 +455,13 @@ impl DynamoStore {
                 Some("COUPON_LOCK") => coupon_lock = take(item, "decode coupon lock", &mut bad).or(coupon_lock),
                 Some("PAYMENT") => payments.extend(take(item, "decode payment", &mut bad)),
                 Some("REFUND") => refunds.extend(take(item, "decode refund", &mut bad)),
+                Some("OPERATOR_CHECK") => checks.extend(take(item, "decode operator check", &mut bad)),
                 _ => {}
             }
         }
+        // Checks live in their own items (sk `CHECK#…`, in time order), so
+        // however many an operator runs, the order item never grows.
+        let order = order.map(|o: Order| Order { checks, ..o });
         (order.map(|order| OrderRecord { order, reservations, coupon_lock, payments, refunds }), bad)
     }
 }
@@ -714,17 +719,39 @@ impl OrderStore for DynamoStore {
         self.cas(req, "note lazy reminder").await
     }
 
-    async fn record_check(&self, order_id: &OrderId, check: &OperatorCheck) -> Result<Cas, Unavailable> {
+    async fn note_early_reminder(&self, order: &Order, until: Timestamp, now: Timestamp) -> Result<Cas, Unavailable> {
         let req = self
             .client
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(key(keys::order(order_id), keys::ORDER_SK)))
-            .update_expression("SET checks = list_append(if_not_exists(checks, :empty), :c)")
-            .condition_expression("attribute_exists(pk)")
-            .expression_attribute_values(":empty", Av::L(vec![]))
-            .expression_attribute_values(":c", Av::L(vec![Av::M(to_item(check))]));
-        self.cas(req, "record operator check").await
+            .set_key(Some(key(keys::order(&order.order_id), keys::ORDER_SK)))
+            .update_expression("SET early_reminder_until = :until")
+            .condition_expression(
+                "#status = :pending AND (attribute_not_exists(early_reminder_until) OR early_reminder_until <= :now)",
+            )
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":pending", s(OrderStatus::PendingPayment.as_str()))
+            .expression_attribute_values(":until", s(until.to_string()))
+            .expression_attribute_values(":now", s(now.to_string()));
+        self.cas(req, "note early reminder").await
+    }
+
+    async fn record_check(&self, order_id: &OrderId, check: &OperatorCheck) -> Result<Cas, Unavailable> {
+        let mut item = to_item(check);
+        let sk = format!("CHECK#{}#{:08x}", check.at, rand::random::<u32>());
+        item.extend(key(keys::order(order_id), &sk));
+        item.insert("entity".into(), s("OPERATOR_CHECK"));
+        let req = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk)");
+        match req.send().await {
+            Ok(_) => Ok(Cas::Applied),
+            Err(e) if is_condition_failure(&e) => Ok(Cas::Rejected),
+            Err(e) => Err(Unavailable::new("record operator check", e)),
+        }
     }
 
     async fn effects_done(&self, order_id: &OrderId, status: OrderStatus) -> Result<Cas, Unavailable> {

@@ -335,16 +335,17 @@ impl PaymentStore for DynamoStore {
                     attr("status").as_deref() == Some(PaymentStatus::Succeeded.as_str())
                         && attr("channel_txn_id").as_deref() == Some(channel_txn_id)
                 });
-                Ok(if hit(notify_at) {
+                // Checked before the refund and the order: a resent success
+                // on a CLOSED order also finds its refund already there, and
+                // must read as the duplicate it is, not as a new late payment.
+                Ok(if hit(notify_at) || same_success {
                     SettleResult::Duplicate
                 } else if hit(refund_at) {
                     SettleResult::RefundPending
                 } else if hit(Some(order_at)) {
-                    // Decided on a stale order: the caller re-reads it (and
-                    // then finds this same success a duplicate).
+                    // Decided on a stale order: the caller re-reads it and
+                    // decides again.
                     SettleResult::OrderMoved
-                } else if same_success {
-                    SettleResult::Duplicate
                 } else if hit(Some(txn_at)) || hit(Some(payment_at)) {
                     SettleResult::TxnIdTaken
                 } else {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 /// SQS refuses delays above 15 minutes; a longer wait is covered by
 /// successive reminders, each re-checking the order.
-pub const MAX_SQS_DELAY: Duration = Duration::from_secs(900);
+pub const MAX_SQS_DELAY: Duration = crate::ports::MAX_REMINDER_DELAY;
 
 /// The body of every close reminder, whoever sends it (scheduler, sweep,
 /// the close function itself).

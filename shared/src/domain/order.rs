@@ -156,8 +156,10 @@ pub struct Order {
     #[serde(default)]
     pub history: Vec<StatusChange>,
     /// Operator force-checks, each with who asked and what it found. Not
-    /// status changes: a check only runs the close use case.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// status changes: a check only runs the close use case. Stored as
+    /// items of their own beside the order (never on the order item, which
+    /// must not grow with them); filled in when the whole record is read.
+    #[serde(default, skip_serializing)]
     pub checks: Vec<OperatorCheck>,
 }
 

@@ -23,7 +23,7 @@
 use crate::domain::order::{decide_close, CloseDecision};
 use crate::domain::*;
 use crate::metrics;
-use crate::ports::{ChannelPayment, Clock, CloseReminders, PaymentChannel, Unavailable};
+use crate::ports::{ChannelPayment, Clock, CloseReminders, PaymentChannel, Unavailable, MAX_REMINDER_DELAY};
 use crate::store::{Cas, Evidence, OrderStore, PaymentAttempt, PaymentStore, SettleResult};
 use crate::usecases::payments::REFUND_NOTICE;
 use std::time::Duration;
@@ -39,6 +39,9 @@ pub enum CloseOutcome {
     /// once the lease runs out) carries the order on. This reminder ends
     /// here, so duplicates never grow into parallel reminder chains.
     LeftToLeaseHolder,
+    /// Not due yet, and a reminder put back earlier is still on its way:
+    /// this duplicate ends.
+    ReminderPending,
     /// Put back: early wake-up, a live lease held by another closer, or an
     /// unknown payment state.
     RemindedLater {
@@ -120,6 +123,14 @@ where
                 }
                 CloseDecision::NotYetDue(after) => {
                     metrics::count("EarlyWakeUp", 1);
+                    // One put-back per wait: a duplicate early wake-up (the
+                    // schedule delivered twice, an early operator check)
+                    // finds the first one's note and ends.
+                    let until = now.plus(after.min(MAX_REMINDER_DELAY));
+                    if self.store.note_early_reminder(&order, until, now).await? == Cas::Rejected {
+                        info!("an early reminder is already on its way; this one ends");
+                        return Ok(CloseOutcome::ReminderPending);
+                    }
                     return self.later(order_id, after, "not yet due").await;
                 }
                 CloseDecision::LeaseHeld(left) => {

@@ -18,6 +18,7 @@ pub fn outcome_name(o: &CloseOutcome) -> &'static str {
         CloseOutcome::AlreadyFinal(_) => "already_final",
         CloseOutcome::NotFound => "not_found",
         CloseOutcome::LeftToLeaseHolder => "left_to_lease_holder",
+        CloseOutcome::ReminderPending => "reminder_pending",
         CloseOutcome::RemindedLater { .. } => "reminded_later",
     }
 }

@@ -22,6 +22,9 @@ pub struct ResourceReport {
     pub refused: u32,
 }
 
+/// The states a coupon lock is left in by a release (by whichever rule).
+const RELEASED_LOCK_STATES: [&str; 3] = ["AVAILABLE", "EXPIRED", "VOID"];
+
 /// The order closed: every RESERVED reservation goes back to stock, the
 /// coupon lock ends AVAILABLE, EXPIRED if the coupon's own validity passed
 /// in the meantime, or VOID if the coupon is not returnable by its rule.
@@ -70,7 +73,14 @@ pub async fn release_order<S: OrderStore>(
             Some(c) if c.valid_until > now => (CouponLockStatus::Available, "order closed unpaid; coupon returned"),
             _ => (CouponLockStatus::Expired, "order closed unpaid after the coupon's validity ended"),
         };
-        tally(&mut report, store.end_coupon_lock(order_id, &lock.coupon_id, to, reason, now).await?, "coupon lock");
+        let res = match store.end_coupon_lock(order_id, &lock.coupon_id, to, reason, now).await? {
+            // Another release ended the lock already (perhaps by another
+            // rule, if the coupon was re-written in between): done, not a
+            // breach. Only USED on a CLOSED order is refused for real.
+            Err(refused) if RELEASED_LOCK_STATES.contains(&refused.from) => Ok(Step::AlreadyThere),
+            other => other,
+        };
+        tally(&mut report, res, "coupon lock");
     }
     metrics::count("ReservationsReleased", u64::from(report.moved));
     effects_settled(store, order_id, OrderStatus::Closed, &report).await?;

@@ -70,7 +70,9 @@ impl SweepReport {
 
 struct ShardRun {
     report: SweepReport,
-    /// `Some` when the shard is unfinished.
+    /// The run stopped before the shard's end.
+    unfinished: bool,
+    /// Where the next run continues (`None`: from the top).
     cursor: Option<DueCursor>,
 }
 
@@ -93,11 +95,26 @@ pub async fn sweep<I: DueIndex, R: Redrive>(
 
     let mut report = SweepReport { shards: shards.len(), ..Default::default() };
     let mut cursors = SweepCursors { version: stored.version, ..Default::default() };
+    let mut first_error = None;
     for (shard, run) in shards.iter().zip(runs) {
-        let run = run?;
+        let run = match run {
+            Ok(run) => run,
+            Err(e) => {
+                // One shard that cannot be read keeps its stored cursor and
+                // does not cost the other shards their progress.
+                warn!(shard, error = %e, "shard not swept");
+                if let Some(c) = stored.shards.get(shard) {
+                    cursors.shards.insert(shard.clone(), c.clone());
+                }
+                first_error.get_or_insert(e);
+                continue;
+            }
+        };
         merge(&mut report, run.report);
-        if let Some(c) = run.cursor {
+        if run.unfinished {
             report.unfinished.push(shard.clone());
+        }
+        if let Some(c) = run.cursor {
             cursors.shards.insert(shard.clone(), c);
         }
     }
@@ -106,6 +123,11 @@ pub async fn sweep<I: DueIndex, R: Redrive>(
     if cursors.shards != stored.shards && index.save_sweep_cursors(&cursors).await? == Cas::Rejected {
         // An overlapping run saved first; its cursors are as good as ours.
         warn!("another sweep run stored its cursors first");
+    }
+    if let Some(e) = first_error {
+        // The run failed (alarm: the function's Errors, no SweepCompleted),
+        // after saving what the other shards achieved.
+        return Err(e);
     }
     info!(
         found = report.found(),
@@ -122,6 +144,10 @@ pub async fn sweep<I: DueIndex, R: Redrive>(
     Ok(report)
 }
 
+/// Where the next run continues a shard: nowhere (from the top), or right
+/// after a key.
+type Resume = Option<DueCursor>;
+
 #[allow(clippy::too_many_arguments)]
 async fn sweep_shard<I: DueIndex, R: Redrive>(
     index: &I,
@@ -137,56 +163,103 @@ async fn sweep_shard<I: DueIndex, R: Redrive>(
     // Open orders get the grace; an effects entry's due time already
     // includes its own.
     let cutoff = if shard.starts_with(crate::aws::dynamo::keys::OPEN_PREFIX) { now.minus(cfg.grace) } else { now };
+    // Where the next run must resume if this one stops early: right after
+    // the last entry handled, or, once something failed, right before the
+    // first failure, so that a failed re-drive is retried by the very next
+    // run rather than after the cursor wraps around.
+    let mut last_done: Resume = start.clone();
+    let mut first_failure: Option<Resume> = None;
+    let mut handled = 0u32;
     loop {
         let page = index.due_page(shard, cutoff, cfg.page, start.take()).await?;
         report.queries += 1;
         report.items_read += page.entries.len() as u32;
         report.consumed_capacity += page.consumed_capacity;
+        let page_start = last_done.clone();
         let mut close = Vec::new();
+        let mut stopped_early = false;
         for entry in &page.entries {
+            if handled > 0 && clock.now() >= deadline {
+                // Out of time in the middle of a page: stop at this entry
+                // (every run handles at least one, so a run always moves).
+                stopped_early = true;
+                break;
+            }
+            handled += 1;
             let overdue = entry.due_at.until(now);
-            match &entry.item {
+            let ok = match &entry.item {
                 DueItem::Open(id) => {
                     report.open_found += 1;
                     report.oldest_open_overdue = report.oldest_open_overdue.max(overdue);
                     close.push(id.clone());
+                    true
                 }
                 DueItem::OrderEffects(id) => {
                     report.effects_found += 1;
                     report.oldest_effect_overdue = report.oldest_effect_overdue.max(overdue);
-                    if let Err(e) = redrive.effects(id).await {
-                        warn!(order_id = %id, error = %e, "effects re-drive failed; the next run tries again");
-                        report.failures += 1;
-                    }
+                    bounded(redrive.effects(id), || format!("effects re-drive of {id}")).await
                 }
                 DueItem::Refund(order_id, payment_id) => {
                     report.refunds_found += 1;
                     report.oldest_effect_overdue = report.oldest_effect_overdue.max(overdue);
-                    if let Err(e) = redrive.refund(order_id, payment_id).await {
-                        warn!(%order_id, %payment_id, error = %e, "refund re-drive failed; the next run tries again");
-                        report.failures += 1;
-                    }
+                    bounded(redrive.refund(order_id, payment_id), || format!("refund re-drive of {payment_id}")).await
                 }
                 DueItem::Unrecognised { pk, sk } => {
                     warn!(pk, sk, "unrecognised due-index entry left alone");
                     report.unrecognised += 1;
+                    true
                 }
+            };
+            if !ok {
+                report.failures += 1;
+                first_failure.get_or_insert_with(|| last_done.clone());
             }
+            last_done = Some(entry.key.clone());
         }
         if !close.is_empty() {
             log_found(&close);
             if let Err(e) = redrive.close(&close).await {
                 warn!(error = %e, "close reminders not sent; the next run finds the orders again");
                 report.failures += close.len() as u32;
+                // The whole page's reminders: resume from the page's start.
+                first_failure.get_or_insert(page_start);
             }
         }
+        let out_of_time = stopped_early || clock.now() >= deadline;
         match page.next {
-            None => return Ok(ShardRun { report, cursor: None }),
-            Some(next) if clock.now() >= deadline => return Ok(ShardRun { report, cursor: Some(next) }),
-            Some(next) => start = Some(next),
+            // The shard is done: the next run starts from the top, which
+            // retries anything that failed on the way.
+            None if !stopped_early => return Ok(ShardRun { report, unfinished: false, cursor: None }),
+            next => {
+                if out_of_time {
+                    let resume = first_failure.unwrap_or(last_done);
+                    return Ok(ShardRun { report, unfinished: true, cursor: resume });
+                }
+                start = next;
+            }
         }
     }
 }
+
+/// A re-drive with a time bound, so that one slow call (a throttled table,
+/// a slow provider) cannot hold the whole run past the function's timeout.
+/// `false` when it failed or took too long; the entry stays due.
+async fn bounded<F: std::future::Future<Output = Result<(), Unavailable>>>(f: F, what: impl Fn() -> String) -> bool {
+    match tokio::time::timeout(REDRIVE_TIMEOUT, f).await {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            warn!(error = %e, "{}: failed; the next run tries again", what());
+            false
+        }
+        Err(_) => {
+            warn!("{}: no answer within {REDRIVE_TIMEOUT:?}; the next run tries again", what());
+            false
+        }
+    }
+}
+
+/// The longest one re-drive may take.
+const REDRIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn log_found(ids: &[OrderId]) {
     for id in ids {
