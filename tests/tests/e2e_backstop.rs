@@ -221,8 +221,10 @@ async fn a_release_that_fails_for_a_while_is_pending_meanwhile_then_done_exactly
     })
     .await;
     println!(
-        "release failing until {until}: released {:.1} s after CLOSED ({:.1} s after the fault ended)",
+        "release failing until {until}: released {:.1} s after CLOSED, {:.1} s after the fault ended \
+         ({:.1} s after it was first seen pending)",
         closed_at(&closed).until(now()).as_secs_f64(),
+        until.until(now()).as_secs_f64(),
         t.elapsed().as_secs_f64()
     );
     assert_eq!(done["reservations"][0]["status"], "RELEASED");
