@@ -23,6 +23,28 @@ pub struct CloseMessage {
     pub trigger: Option<String>,
 }
 
+/// The body of a refund-queue message: which refund to try. Whoever
+/// sends it (the stream, the sweep, an operator's redrive), the worker
+/// decides from the refund record.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RefundMessage {
+    pub order_id: OrderId,
+    pub payment_id: crate::domain::PaymentId,
+}
+
+/// Puts one refund on RefundQueue.
+pub async fn enqueue_refund(client: &Client, queue_url: &str, message: &RefundMessage) -> Result<(), Unavailable> {
+    let body = serde_json::to_string(message).expect("serialisable");
+    client
+        .send_message()
+        .queue_url(queue_url)
+        .message_body(body)
+        .send()
+        .await
+        .map_err(|e| Unavailable::new("enqueue refund", e))?;
+    Ok(())
+}
+
 pub struct SqsCloseReminders {
     client: Client,
     queue_url: String,

@@ -2,11 +2,10 @@
 //! release/settle run in-process, refunds back on RefundQueue.
 
 use super::dynamo::DynamoStore;
-use super::queue::SqsCloseReminders;
+use super::queue::{enqueue_refund, RefundMessage, SqsCloseReminders};
 use super::sandbox::ConfiguredChannel;
 use super::scheduler::EventBridgeWakeUps;
 use crate::domain::{OrderId, PaymentId};
-use crate::handlers::refunds::RefundMessage;
 use crate::ports::{Clock, Redrive, Unavailable};
 use crate::store::{Cas, PaymentStore};
 use crate::usecases::release_order::drive_effects;
@@ -42,15 +41,7 @@ impl Redrive for AwsRedrive {
         if self.store.redrive_refund(&refund, self.clock.now()).await? == Cas::Rejected {
             return Ok(());
         }
-        let body = serde_json::to_string(&RefundMessage { order_id: order_id.clone(), payment_id: payment_id.clone() })
-            .expect("serialisable");
-        self.sqs
-            .send_message()
-            .queue_url(&self.refund_queue_url)
-            .message_body(body)
-            .send()
-            .await
-            .map_err(|e| Unavailable::new("re-drive refund", e))?;
-        Ok(())
+        let message = RefundMessage { order_id: order_id.clone(), payment_id: payment_id.clone() };
+        enqueue_refund(&self.sqs, &self.refund_queue_url, &message).await
     }
 }

@@ -3,16 +3,15 @@
 use super::batch::{each_sqs_message, each_stream_record, RecordError};
 use super::streams::refund_ids_of;
 use crate::aws::dynamo::DynamoStore;
-use crate::aws::queue::SqsDeadLetters;
+pub use crate::aws::queue::RefundMessage;
+use crate::aws::queue::{enqueue_refund, SqsDeadLetters};
 use crate::aws::sandbox::ConfiguredChannel;
-use crate::domain::{OrderId, PaymentId};
 use crate::error::error_chain;
 use crate::ports::Clock;
 use crate::usecases::refunds::{process_refund, RefundOutcome};
 use aws_lambda_events::event::dynamodb::Event as StreamEvent;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::Error;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracing::error;
 
@@ -27,12 +26,6 @@ pub struct RefundWorker {
     pub clock: Box<dyn Clock>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-pub struct RefundMessage {
-    pub order_id: OrderId,
-    pub payment_id: PaymentId,
-}
-
 pub async fn handle(w: &RefundWorker, event: Value) -> Result<Value, Error> {
     let source = event["Records"][0]["eventSource"].as_str().unwrap_or_default().to_owned();
     match source.as_str() {
@@ -40,14 +33,9 @@ pub async fn handle(w: &RefundWorker, event: Value) -> Result<Value, Error> {
             let event: StreamEvent = serde_json::from_value(event)?;
             let resp = each_stream_record(event, &w.stream_dead_letters, |record| async move {
                 let (order_id, payment_id) = refund_ids_of(&record)?;
-                let body = serde_json::to_string(&RefundMessage { order_id, payment_id }).expect("serialisable");
-                w.sqs
-                    .send_message()
-                    .queue_url(&w.queue_url)
-                    .message_body(body)
-                    .send()
+                enqueue_refund(&w.sqs, &w.queue_url, &RefundMessage { order_id, payment_id })
                     .await
-                    .map_err(|e| RecordError::Transient(format!("enqueue refund: {}", error_chain(&e))))?;
+                    .map_err(|e| RecordError::Transient(error_chain(&e)))?;
                 Ok(())
             })
             .await;
