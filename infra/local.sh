@@ -233,6 +233,15 @@ deploy() {
     echo "TABLE_NAME=$(sed -n 's/^ORDERS_TABLE_NAME=//p' "$STATE/outputs.env")"
   } >"$STATE/stack.env"
   rm -f "$STATE/outputs.env"
+  # The example subscriber (infra/subscriber.yaml): another service's stack
+  # on the order event bus; its queue receives the events of buyers whose id
+  # starts with "subscriber-".
+  .venv/bin/python infra/deploy.py --stack-name "$STACK_NAME-subscriber" --template infra/subscriber.yaml \
+    --param "BusName=$(sed -n 's/^ORDER_EVENT_BUS_NAME=//p' "$STATE/stack.env")" \
+    --param "UserIdPrefix=subscriber-" \
+    --outputs-env "$STATE/subscriber.env"
+  cat "$STATE/subscriber.env" >>"$STATE/stack.env"
+  rm -f "$STATE/subscriber.env"
   ok "stack $STACK_NAME deployed in $((SECONDS - t0))s; outputs in .local/stack.env"
 }
 
@@ -276,22 +285,24 @@ cmd_up() {
 
 delete_stack() {
   aws_env
-  .venv/bin/python - "$STACK_NAME" <<'PY'
+  # The subscriber first: its rule lives on the main stack's bus.
+  .venv/bin/python - "$STACK_NAME-subscriber" "$STACK_NAME" <<'PY'
 import sys, time, boto3
 cfn = boto3.client("cloudformation")
-try:
-    cfn.describe_stacks(StackName=sys.argv[1])
-except Exception:
-    sys.exit(0)
-print(f"[local] deleting stack {sys.argv[1]}", flush=True)
-cfn.delete_stack(StackName=sys.argv[1])
-for _ in range(300):
+for name in sys.argv[1:]:
     try:
-        if cfn.describe_stacks(StackName=sys.argv[1])["Stacks"][0]["StackStatus"] == "DELETE_COMPLETE":
-            break
+        cfn.describe_stacks(StackName=name)
     except Exception:
-        break
-    time.sleep(1)
+        continue
+    print(f"[local] deleting stack {name}", flush=True)
+    cfn.delete_stack(StackName=name)
+    for _ in range(300):
+        try:
+            if cfn.describe_stacks(StackName=name)["Stacks"][0]["StackStatus"] == "DELETE_COMPLETE":
+                break
+        except Exception:
+            break
+        time.sleep(1)
 PY
 }
 

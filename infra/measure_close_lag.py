@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Measures expire_at -> CLOSED on a running local stack.
+"""Measures expire_at -> CLOSED -> released on a running local stack.
 
 Creates N unpaid orders (default 40) spread over a few seconds, waits until
-all of them are CLOSED, and prints P50/P95/P99/max of the time from each
-order's expire_at to its CLOSED entry in the order's own history (both
-written by the server). Run after `DEMO=0 infra/local.sh up`:
+all of them are CLOSED and their reservations RELEASED, and prints
+P50/P95/P99/max of the time from each order's expire_at to its CLOSED entry
+in the order's own history, and from CLOSED to the reservation's release
+(`updated_at`), all written by the server. Run after `DEMO=0 infra/local.sh up`:
 
     .venv/bin/python infra/measure_close_lag.py [--orders N]
 
@@ -23,6 +24,7 @@ import uuid
 from datetime import datetime
 
 import boto3
+import boto3.dynamodb.conditions
 
 
 def load_env(path: str) -> None:
@@ -66,24 +68,30 @@ def main() -> int:
         print(f"\rcreated {i + 1}/{args.orders}", end="", flush=True)
     print()
     lags: dict[str, float] = {}
+    released: dict[str, float] = {}
     deadline = time.time() + 600
-    while len(lags) < len(ids) and time.time() < deadline:
+    while len(released) < len(ids) and time.time() < deadline:
         for oid in ids:
-            if oid in lags:
+            if oid in released:
                 continue
-            item = table.get_item(Key={"pk": f"ORDER#{oid}", "sk": "ORDER"}, ConsistentRead=True).get("Item")
-            closed = [h for h in item.get("history", []) if h.get("to") == "CLOSED"]
-            if closed:
-                lags[oid] = ts(closed[0]["at"]) - ts(item["expire_at"])
-        print(f"\rclosed {len(lags)}/{len(ids)}", end="", flush=True)
+            items = table.query(KeyConditionExpression=boto3.dynamodb.conditions.Key("pk").eq(f"ORDER#{oid}"),
+                                ConsistentRead=True)["Items"]
+            order = next(i for i in items if i["sk"] == "ORDER")
+            closed = [h for h in order.get("history", []) if h.get("to") == "CLOSED"]
+            if closed and oid not in lags:
+                lags[oid] = ts(closed[0]["at"]) - ts(order["expire_at"])
+            res = next((i for i in items if i["sk"].startswith("RES#STOCK#")), None)
+            if closed and res and res.get("status") == "RELEASED":
+                released[oid] = ts(res["updated_at"]) - ts(closed[0]["at"])
+        print(f"\rclosed {len(lags)}/{len(ids)}, released {len(released)}/{len(ids)}", end="", flush=True)
         time.sleep(1)
     print()
-    if len(lags) < len(ids):
-        print(f"only {len(lags)} of {len(ids)} closed within 10 minutes", file=sys.stderr)
+    if len(released) < len(ids):
+        print(f"only {len(released)} of {len(ids)} released within 10 minutes", file=sys.stderr)
         return 1
-    v = list(lags.values())
-    print(f"expire_at -> CLOSED over {len(v)} orders: P50 {pct(v, 50):.2f} s, P95 {pct(v, 95):.2f} s, "
-          f"P99 {pct(v, 99):.2f} s, max {max(v):.2f} s, min {min(v):.2f} s")
+    for label, v in (("expire_at -> CLOSED", list(lags.values())), ("CLOSED -> released", list(released.values()))):
+        print(f"{label} over {len(v)} orders: P50 {pct(v, 50):.2f} s, P95 {pct(v, 95):.2f} s, "
+              f"P99 {pct(v, 99):.2f} s, max {max(v):.2f} s, min {min(v):.2f} s")
     return 0
 
 

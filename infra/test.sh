@@ -59,8 +59,8 @@ infra/tools.sh
 step "build"
 infra/local.sh build
 
-step "cfn-lint template.yaml"
-.venv/bin/cfn-lint template.yaml
+step "cfn-lint template.yaml infra/subscriber.yaml"
+.venv/bin/cfn-lint template.yaml infra/subscriber.yaml
 say "cfn-lint: clean"
 
 if cargo fmt --version >/dev/null 2>&1; then

@@ -5,6 +5,7 @@ use aws_lambda_events::event::dynamodb::Event as StreamEvent;
 use aws_lambda_events::event::sqs::SqsEvent;
 use order_core::aws::queue::CloseMessage;
 use order_core::domain::{Order, OrderStatus};
+use order_core::handlers::effects::EffectMessage;
 use order_core::handlers::refunds::RefundMessage;
 use order_core::handlers::streams::{order_of, refund_ids_of};
 
@@ -15,16 +16,16 @@ fn event(name: &str) -> String {
 #[test]
 fn stream_events_carry_decodable_orders() {
     for (file, status) in [
-        ("schedule-wakeup.json", OrderStatus::PendingPayment),
-        ("release-order.json", OrderStatus::Closed),
-        ("settle-order.json", OrderStatus::Paid),
+        ("relay-order-inserted.json", OrderStatus::PendingPayment),
+        ("relay-order-closed.json", OrderStatus::Closed),
+        ("relay-order-paid.json", OrderStatus::Paid),
     ] {
         let e: StreamEvent = serde_json::from_str(&event(file)).unwrap();
         let order: Order = order_of(&e.records[0]).unwrap();
         assert_eq!(order.status, status, "{file}");
         assert_eq!(order.order_id.as_str(), "ord_example");
     }
-    let e: StreamEvent = serde_json::from_str(&event("refund-worker-stream.json")).unwrap();
+    let e: StreamEvent = serde_json::from_str(&event("relay-refund-inserted.json")).unwrap();
     let (o, p) = refund_ids_of(&e.records[0]).unwrap();
     assert_eq!((o.as_str(), p.as_str()), ("ord_example", "pay_example"));
 }
@@ -34,6 +35,15 @@ fn queue_events_carry_close_and_refund_messages() {
     let e: SqsEvent = serde_json::from_str(&event("close-order.json")).unwrap();
     let msg: CloseMessage = serde_json::from_str(e.records[0].body.as_deref().unwrap()).unwrap();
     assert_eq!(msg.order_id.as_str(), "ord_example");
+    for (file, trigger) in [
+        ("schedule-wakeup.json", "OrderPlaced"),
+        ("release-order.json", "OrderClosed"),
+        ("settle-order.json", "OrderPaid"),
+    ] {
+        let e: SqsEvent = serde_json::from_str(&event(file)).unwrap();
+        let msg: EffectMessage = serde_json::from_str(e.records[0].body.as_deref().unwrap()).unwrap();
+        assert_eq!((msg.order_id.as_str(), msg.trigger.as_deref()), ("ord_example", Some(trigger)), "{file}");
+    }
     let e: SqsEvent = serde_json::from_str(&event("refund-worker-sqs.json")).unwrap();
     let msg: RefundMessage = serde_json::from_str(e.records[0].body.as_deref().unwrap()).unwrap();
     assert_eq!((msg.order_id.as_str(), msg.payment_id.as_str()), ("ord_example", "pay_example"));

@@ -1,7 +1,6 @@
-//! Refunds: the table stream (new REFUND records) feeds the refund queue;
-//! the refund queue drives each refund through the channel with backoff.
+//! Refund queue → each refund through the channel, with backoff.
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use order_core::aws::{dynamo::DynamoStore, env, queue::SqsDeadLetters, sandbox::ConfiguredChannel, sdk_config};
+use order_core::aws::{dynamo::DynamoStore, env, sandbox::ConfiguredChannel, sdk_config};
 use order_core::handlers::refunds::{handle, RefundWorker};
 use order_core::ports::SystemClock;
 use serde_json::Value;
@@ -17,7 +16,6 @@ async fn main() -> Result<(), Error> {
         sqs: aws_sdk_sqs::Client::new(&config),
         queue_url: env("REFUND_QUEUE_URL")?,
         dlq_url: env("REFUND_DLQ_URL")?,
-        stream_dead_letters: SqsDeadLetters::from_env(&config)?,
         clock: Box::new(SystemClock),
     };
     let worker = &worker;

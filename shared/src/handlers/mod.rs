@@ -4,6 +4,7 @@
 pub mod api;
 pub mod batch;
 pub mod close;
+pub mod effects;
 pub mod http;
 pub mod reconcile;
 pub mod refunds;

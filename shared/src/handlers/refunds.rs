@@ -1,15 +1,12 @@
-//! The refund worker's two triggers, told apart by their event source.
+//! The refund worker: one refund try per message on the refund queue.
 
-use super::batch::{each_sqs_message, each_stream_record, RecordError};
-use super::streams::refund_ids_of;
+use super::batch::each_sqs_message;
 use crate::aws::dynamo::DynamoStore;
 pub use crate::aws::queue::RefundMessage;
-use crate::aws::queue::{enqueue_refund, SqsDeadLetters};
 use crate::aws::sandbox::ConfiguredChannel;
 use crate::error::error_chain;
 use crate::ports::Clock;
 use crate::usecases::refunds::{process_refund, RefundOutcome};
-use aws_lambda_events::event::dynamodb::Event as StreamEvent;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::Error;
 use serde_json::Value;
@@ -21,33 +18,17 @@ pub struct RefundWorker {
     pub sqs: aws_sdk_sqs::Client,
     pub queue_url: String,
     pub dlq_url: String,
-    /// Where stream records that can never be processed are set aside.
-    pub stream_dead_letters: SqsDeadLetters,
     pub clock: Box<dyn Clock>,
 }
 
+/// The refund queue: LatePaymentRefundRequested events (through the bus),
+/// the worker's own retries, the sweep's re-drives and operator redrives.
 pub async fn handle(w: &RefundWorker, event: Value) -> Result<Value, Error> {
-    let source = event["Records"][0]["eventSource"].as_str().unwrap_or_default().to_owned();
-    match source.as_str() {
-        "aws:dynamodb" => {
-            let event: StreamEvent = serde_json::from_value(event)?;
-            let resp = each_stream_record(event, &w.stream_dead_letters, |record| async move {
-                let (order_id, payment_id) = refund_ids_of(&record)?;
-                enqueue_refund(&w.sqs, &w.queue_url, &RefundMessage { order_id, payment_id })
-                    .await
-                    .map_err(|e| RecordError::Transient(error_chain(&e)))?;
-                Ok(())
-            })
-            .await;
-            Ok(serde_json::to_value(resp)?)
-        }
-        "aws:sqs" => {
-            let event: SqsEvent = serde_json::from_value(event)?;
-            Ok(serde_json::to_value(sqs(w, event).await)?)
-        }
-        "" => Ok(serde_json::json!({"batchItemFailures": []})),
-        other => Err(format!("unexpected event source {other}").into()),
+    if event["Records"].as_array().is_none_or(|r| r.is_empty()) {
+        return Ok(serde_json::json!({"batchItemFailures": []}));
     }
+    let event: SqsEvent = serde_json::from_value(event)?;
+    Ok(serde_json::to_value(sqs(w, event).await)?)
 }
 
 async fn sqs(w: &RefundWorker, event: SqsEvent) -> SqsBatchResponse {
