@@ -7,6 +7,7 @@ pub mod close;
 pub mod http;
 pub mod reconcile;
 pub mod refunds;
+pub mod relay;
 pub mod sandbox;
 pub mod streams;
 pub mod sweep;
