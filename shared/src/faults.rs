@@ -14,6 +14,9 @@
 //! - `fault-no-wakeup-…`: the order's wake-up is never created (as if the
 //!   Scheduler was down and the stream record was given up): only a read
 //!   (lazy expiry), an operator check or the sweep can close it.
+//! - `fault-relay-…`: the relay's first publish attempt of each event of
+//!   the order is reported as a failed entry (code `FaultInjection`)
+//!   without being sent; the retries then publish it.
 
 use crate::domain::{Order, Timestamp};
 use std::sync::OnceLock;
@@ -27,6 +30,7 @@ pub struct Faults {
 pub const CRASH_CLOSER: &str = "fault-crash-closer-";
 pub const RELEASE_UNTIL: &str = "fault-release-until-";
 pub const NO_WAKEUP: &str = "fault-no-wakeup-";
+pub const RELAY_FIRST_PUBLISH: &str = "fault-relay-";
 
 impl Faults {
     pub fn enabled() -> Self {
@@ -51,6 +55,12 @@ impl Faults {
     /// Whether the wake-up of an order of `user_id` is lost at create.
     pub fn wake_up_lost(&self, user_id: &str) -> bool {
         self.enabled && user_id.starts_with(NO_WAKEUP)
+    }
+
+    /// Whether the relay's first publish attempt of an event about an order
+    /// of `user_id` must be reported failed without sending it.
+    pub fn first_publish_fails(&self, user_id: &str) -> bool {
+        self.enabled && user_id.starts_with(RELAY_FIRST_PUBLISH)
     }
 
     /// `Some(why)` while releasing `order` must fail.

@@ -2,6 +2,7 @@
 //! AWS adapters in [`crate::aws`] implement them; unit tests substitute
 //! fakes for the clock, the scheduler, the queue and the payment channel.
 
+use crate::domain::events::IntegrationEvent;
 use crate::domain::*;
 use async_trait::async_trait;
 use std::time::Duration;
@@ -160,4 +161,23 @@ pub trait Redrive: Send + Sync {
     /// Hands a refund still REFUND_PENDING past its budget to the refund
     /// worker again.
     async fn refund(&self, order_id: &OrderId, payment_id: &PaymentId) -> Result<(), Unavailable>;
+}
+
+/// An entry of a publish that the bus did not take. `index` is the entry's
+/// position in the slice handed to [`EventPublisher::publish`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishFailure {
+    pub index: usize,
+    /// The bus's error code (e.g. `ThrottlingException`, `InternalFailure`;
+    /// `FaultInjection` for a drill).
+    pub code: String,
+    pub message: String,
+}
+
+/// The event bus other services subscribe to.
+#[async_trait]
+pub trait EventPublisher: Send + Sync {
+    /// Publishes `events` in their order. The answer names the entries the
+    /// bus refused (empty: all taken); `Err` means it could not be asked.
+    async fn publish(&self, events: &[IntegrationEvent]) -> Result<Vec<PublishFailure>, Unavailable>;
 }

@@ -56,27 +56,9 @@ pub struct PaymentAttempt {
     pub evidence: Vec<Evidence>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Refund {
-    pub payment_id: PaymentId,
-    pub order_id: OrderId,
-    pub channel: ChannelName,
-    pub amount: i64,
-    pub currency: Currency,
-    pub status: RefundStatus,
-    pub reason: String,
-    #[serde(default)]
-    pub tries: u32,
-    pub created_at: Timestamp,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub refunded_at: Option<Timestamp>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub channel_refund_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<String>,
-    /// The message recorded for the buyer when the refund was created.
-    pub notification: String,
-}
+/// The refund record lives in the domain; re-exported here, where the
+/// store's other records are.
+pub use crate::domain::Refund;
 
 /// Everything an order owns, read in one query.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -53,6 +53,7 @@ async fn late_refund(clock: &FixedClock) -> (DynamoStore, Refund) {
     let ev = Evidence { at: clock.now(), source: "late".into(), status: PaymentStatus::Succeeded, detail: None };
     assert_eq!(store.settle_success(&closed, &a, "tx-late", ev, None, "n").await.unwrap(), SettleResult::RefundPending);
     let refund = store.refund(&order.order_id, &a.payment_id).await.unwrap().unwrap();
+    assert_eq!(refund.order_version, closed.version, "the refund names the order version it was decided on");
     (store, refund)
 }
 

@@ -2,6 +2,7 @@
 
 pub mod due_index;
 pub mod dynamo;
+pub mod event_bus;
 pub mod payments;
 pub mod queue;
 pub mod redrive;

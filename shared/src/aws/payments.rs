@@ -305,6 +305,8 @@ impl PaymentStore for DynamoStore {
                         channel_refund_id: None,
                         last_error: None,
                         notification: refund_notice.into(),
+                        order_version: order.version,
+                        updated_at: None,
                     };
                     let mut item: Item = serde_dynamo::to_item(&refund).expect("serialisable");
                     item.extend(key(keys::order(&order.order_id), &keys::refund_sk(&payment.payment_id)));

@@ -1,14 +1,17 @@
 //! The pure domain: identifiers, money, time and the state machines of an
 //! order's life: the order, its stock reservations and coupon lock
 //! (`apply` + `transition`), and what may be recorded on a payment attempt
-//! (`payment::may_record`). Nothing here knows about AWS; every transition is a function from
+//! (`payment::may_record`), the refund record, and the integration events
+//! other services see (`events`). Nothing here knows about AWS; every transition is a function from
 //! a state and an event to the next state or a typed refusal.
 
 pub mod coupon;
+pub mod events;
 pub mod ids;
 pub mod money;
 pub mod order;
 pub mod payment;
+pub mod refund;
 pub mod reservation;
 pub mod time;
 
@@ -20,6 +23,7 @@ pub use order::{
     PaymentSuccessOutcome, StatusChange,
 };
 pub use payment::{PaymentStatus, RefundStatus};
+pub use refund::Refund;
 pub use reservation::{ReservationEvent, ReservationStatus};
 pub use time::Timestamp;
 

@@ -8,6 +8,7 @@ pub mod effects;
 pub mod http;
 pub mod reconcile;
 pub mod refunds;
+pub mod relay;
 pub mod sandbox;
 pub mod streams;
 pub mod sweep;

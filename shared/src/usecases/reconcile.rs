@@ -450,6 +450,8 @@ mod tests {
             channel_refund_id: None,
             last_error: None,
             notification: "n".into(),
+            order_version: 0,
+            updated_at: None,
         }
     }
 
