@@ -433,3 +433,17 @@ pub async fn send_close_message(order_id: &str) {
 pub fn webhook_secret() -> String {
     std::env::var("WEBHOOK_SECRET").unwrap_or_else(|_| "local-webhook-secret".into())
 }
+
+/// Asserts that an EventBridge event (as a subscriber receives it) is one
+/// of ours and that its detail validates against its JSON Schema in
+/// `events/schemas/<detail-type>.schema.json`.
+pub fn validate_event(event: &Value) {
+    let detail_type = event["detail-type"].as_str().unwrap_or_else(|| panic!("no detail-type: {event}"));
+    let path = format!("{}/../events/schemas/{detail_type}.schema.json", env!("CARGO_MANIFEST_DIR"));
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}")))
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    let validator = jsonschema::draft202012::new(&schema).unwrap_or_else(|e| panic!("{detail_type}: {e}"));
+    let errors: Vec<String> =
+        validator.iter_errors(&event["detail"]).map(|e| format!("{e} at {}", e.instance_path)).collect();
+    assert!(errors.is_empty(), "{detail_type} does not match its schema: {errors:?}\n{event}");
+}

@@ -294,6 +294,7 @@ impl PaymentStore for DynamoStore {
                     let refund = Refund {
                         payment_id: payment.payment_id.clone(),
                         order_id: order.order_id.clone(),
+                        user_id: Some(order.user_id.clone()),
                         channel: payment.channel.clone(),
                         amount: payment.amount,
                         currency: payment.currency.clone(),

@@ -100,6 +100,10 @@ pub struct LatePaymentRefundRequested {
     pub order_id: OrderId,
     pub version: u64,
     pub occurred_at: Timestamp,
+    /// The buyer, so a subscriber can follow one buyer's orders (absent
+    /// on refunds recorded before it was stored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<UserId>,
     pub payment_id: PaymentId,
     pub amount: i64,
     pub currency: Currency,
@@ -115,6 +119,10 @@ pub struct RefundCompleted {
     pub order_id: OrderId,
     pub version: u64,
     pub occurred_at: Timestamp,
+    /// The buyer, so a subscriber can follow one buyer's orders (absent
+    /// on refunds recorded before it was stored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<UserId>,
     pub payment_id: PaymentId,
     pub amount: i64,
     pub currency: Currency,
@@ -132,6 +140,10 @@ pub struct RefundFailed {
     pub order_id: OrderId,
     pub version: u64,
     pub occurred_at: Timestamp,
+    /// The buyer, so a subscriber can follow one buyer's orders (absent
+    /// on refunds recorded before it was stored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<UserId>,
     pub payment_id: PaymentId,
     pub amount: i64,
     pub currency: Currency,
@@ -211,7 +223,9 @@ impl IntegrationEvent {
             Self::OrderPlaced(e) => Some(&e.user_id),
             Self::OrderClosed(e) => Some(&e.user_id),
             Self::OrderPaid(e) => Some(&e.user_id),
-            _ => None,
+            Self::LatePaymentRefundRequested(e) => e.user_id.as_ref(),
+            Self::RefundCompleted(e) => e.user_id.as_ref(),
+            Self::RefundFailed(e) => e.user_id.as_ref(),
         }
     }
     /// The detail as JSON (the payload alone, no type tag).
@@ -336,6 +350,7 @@ fn refund_requested(r: &Refund) -> IntegrationEvent {
         schema_version: SCHEMA_VERSION,
         event_id: format!("LatePaymentRefundRequested:{}", r.payment_id),
         order_id: r.order_id.clone(),
+        user_id: r.user_id.clone(),
         version: r.order_version,
         occurred_at: r.created_at,
         payment_id: r.payment_id.clone(),
@@ -350,6 +365,7 @@ fn refund_completed(r: &Refund) -> IntegrationEvent {
         schema_version: SCHEMA_VERSION,
         event_id: format!("RefundCompleted:{}", r.payment_id),
         order_id: r.order_id.clone(),
+        user_id: r.user_id.clone(),
         version: r.order_version,
         occurred_at: r.refunded_at.or(r.updated_at).unwrap_or(r.created_at),
         payment_id: r.payment_id.clone(),
@@ -366,6 +382,7 @@ fn refund_failed(r: &Refund) -> IntegrationEvent {
         schema_version: SCHEMA_VERSION,
         event_id: format!("RefundFailed:{}", r.payment_id),
         order_id: r.order_id.clone(),
+        user_id: r.user_id.clone(),
         version: r.order_version,
         occurred_at: r.updated_at.unwrap_or(r.created_at),
         payment_id: r.payment_id.clone(),
@@ -444,6 +461,7 @@ pub mod examples {
             channel_refund_id: None,
             last_error: None,
             notification: "Your payment will be refunded.".into(),
+            user_id: Some(UserId::parse("u1").unwrap()),
             order_version: 3,
             updated_at: None,
         }

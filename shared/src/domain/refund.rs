@@ -30,6 +30,9 @@ pub struct Refund {
     /// before the field existed read 0.
     #[serde(default)]
     pub order_version: u64,
+    /// The order's buyer, for the refund's integration events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<super::UserId>,
     /// The time of the refund's last state write (set by every update).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Timestamp>,

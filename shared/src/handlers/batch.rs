@@ -122,7 +122,7 @@ mod tests {
     /// Three records, sequence numbers 1, 2, 3, from the release fixture.
     fn three_records() -> StreamEvent {
         let mut event: serde_json::Value =
-            serde_json::from_str(include_str!("../../../events/release-order.json")).unwrap();
+            serde_json::from_str(include_str!("../../../events/relay-order-closed.json")).unwrap();
         let one = event["Records"][0].clone();
         event["Records"] = (1..=3)
             .map(|i| {

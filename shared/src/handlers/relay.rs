@@ -295,7 +295,7 @@ mod tests {
     /// A stream record from the release fixture with the given images.
     fn record(old: Option<serde_json::Value>, new: Option<serde_json::Value>) -> EventRecord {
         let mut r: serde_json::Value =
-            serde_json::from_str(include_str!("../../../events/release-order.json")).unwrap();
+            serde_json::from_str(include_str!("../../../events/relay-order-closed.json")).unwrap();
         let mut r = r["Records"][0].take();
         let to_image = |v: Option<serde_json::Value>| match v {
             Some(v) => serde_json::to_value(serde_dynamo::to_item::<_, serde_dynamo::Item>(v).unwrap()).unwrap(),
@@ -352,7 +352,7 @@ mod tests {
         let closed = moved(&placed, OrderStatus::Closed, "2026-01-01T10:30:00.500Z", "expired unpaid");
         let bad = serde_json::json!({"pk": "ORDER#x", "sk": "ORDER", "entity": "ORDER", "status": "LOST"});
         let mut batch: serde_json::Value =
-            serde_json::from_str(include_str!("../../../events/release-order.json")).unwrap();
+            serde_json::from_str(include_str!("../../../events/relay-order-closed.json")).unwrap();
         let records = [
             record(None, Some(order_item(&placed))),
             record(None, Some(bad)),

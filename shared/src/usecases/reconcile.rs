@@ -452,6 +452,7 @@ mod tests {
             notification: "n".into(),
             order_version: 0,
             updated_at: None,
+            user_id: None,
         }
     }
 

@@ -1,0 +1,238 @@
+//! Integration events end to end on the local stack: the relay turns the
+//! table's business facts into versioned events on the order bus; every
+//! lifecycle produces exactly its event types, with increasing versions,
+//! each valid against its schema in `events/schemas/`; a relay retry loses
+//! nothing and duplicates no effect; the example subscriber stack
+//! (`infra/subscriber.yaml`) receives its buyers' events.
+
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use system_tests::*;
+
+/// A subscriber of one buyer's events: a queue and a rule on the bus, as
+/// another service would set them up (`infra/subscriber.yaml` is the same
+/// thing as a template).
+struct Subscriber {
+    sqs: aws_sdk_sqs::Client,
+    queue_url: String,
+    events: Vec<Value>,
+}
+
+impl Subscriber {
+    async fn for_user(user: &str) -> Self {
+        let config = stack_config().await;
+        let sqs = aws_sdk_sqs::Client::new(&config);
+        let eb = aws_sdk_eventbridge::Client::new(&config);
+        let name = unique("sub");
+        let queue_url = sqs.create_queue().queue_name(&name).send().await.unwrap().queue_url.unwrap();
+        let arn = sqs
+            .get_queue_attributes()
+            .queue_url(&queue_url)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .unwrap()
+            .attributes
+            .unwrap()[&aws_sdk_sqs::types::QueueAttributeName::QueueArn]
+            .clone();
+        let bus = stack_env("ORDER_EVENT_BUS_NAME");
+        eb.put_rule()
+            .name(&name)
+            .event_bus_name(&bus)
+            .event_pattern(json!({"source": ["order-expiry"], "detail": {"user_id": [user]}}).to_string())
+            .send()
+            .await
+            .unwrap();
+        eb.put_targets()
+            .rule(&name)
+            .event_bus_name(&bus)
+            .targets(aws_sdk_eventbridge::types::Target::builder().id("q").arn(arn).build().unwrap())
+            .send()
+            .await
+            .unwrap();
+        Self { sqs, queue_url, events: Vec::new() }
+    }
+
+    fn existing(queue_url: String) -> impl std::future::Future<Output = Self> {
+        async move { Self { sqs: aws_sdk_sqs::Client::new(&stack_config().await), queue_url, events: Vec::new() } }
+    }
+
+    /// Receives until the events of `order_id` include every type in
+    /// `want` (or the timeout passes), and returns that order's events.
+    async fn wait_for(&mut self, order_id: &str, want: &[&str], timeout: Duration) -> Vec<Value> {
+        let start = std::time::Instant::now();
+        loop {
+            let out = self
+                .sqs
+                .receive_message()
+                .queue_url(&self.queue_url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(1)
+                .send()
+                .await
+                .unwrap();
+            for m in out.messages.unwrap_or_default() {
+                self.events.push(serde_json::from_str(m.body.as_deref().unwrap()).unwrap());
+                self.sqs
+                    .delete_message()
+                    .queue_url(&self.queue_url)
+                    .receipt_handle(m.receipt_handle.unwrap())
+                    .send()
+                    .await
+                    .unwrap();
+            }
+            let mine: Vec<Value> =
+                self.events.iter().filter(|e| e["detail"]["order_id"] == order_id).cloned().collect();
+            let types: Vec<&str> = mine.iter().filter_map(|e| e["detail-type"].as_str()).collect();
+            if want.iter().all(|w| types.contains(w)) || start.elapsed() > timeout {
+                return mine;
+            }
+        }
+    }
+}
+
+/// One event per distinct `event_id` (duplicates are allowed by the
+/// contract), in order of version; each valid against its schema.
+fn distinct_valid(events: &[Value]) -> Vec<Value> {
+    let mut by_id = BTreeMap::new();
+    for e in events {
+        validate_event(e);
+        assert_eq!(e["source"], "order-expiry");
+        by_id.entry(e["detail"]["event_id"].as_str().unwrap().to_owned()).or_insert_with(|| e.clone());
+    }
+    let mut out: Vec<Value> = by_id.into_values().collect();
+    out.sort_by_key(|e| {
+        (e["detail"]["version"].as_u64().unwrap(), e["detail"]["occurred_at"].as_str().unwrap().to_owned())
+    });
+    out
+}
+
+fn types(events: &[Value]) -> Vec<String> {
+    events.iter().map(|e| e["detail-type"].as_str().unwrap().to_owned()).collect()
+}
+
+fn versions_increase(events: &[Value]) {
+    let order_events: Vec<u64> = events
+        .iter()
+        .filter(|e| e["detail-type"].as_str().unwrap().starts_with("Order"))
+        .map(|e| e["detail"]["version"].as_u64().unwrap())
+        .collect();
+    assert!(order_events.windows(2).all(|w| w[0] < w[1]), "versions {order_events:?}");
+}
+
+async fn seeded(api: &Api, prefix: &str) -> String {
+    let sku = unique(prefix);
+    api.put_stock(&sku, 3).await;
+    sku
+}
+
+#[tokio::test]
+async fn an_unpaid_order_publishes_placed_then_closed_to_the_example_subscriber() {
+    let api = Api::new();
+    let sku = seeded(&api, "ev-unpaid").await;
+    // infra/subscriber.yaml, deployed by the local run, takes buyers named subscriber-*.
+    let user = unique(&stack_env("SUBSCRIBER_USER_ID_PREFIX"));
+    let r = api.create_order(&unique("key"), &order_body(&user, &sku, 2, None)).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let id = r.body["order_id"].as_str().unwrap().to_owned();
+    let mut sub = Subscriber::existing(stack_env("SUBSCRIBER_QUEUE_URL")).await;
+    let got = sub.wait_for(&id, &["OrderPlaced", "OrderClosed"], settle_timeout()).await;
+    let events = distinct_valid(&got);
+    assert_eq!(types(&events), ["OrderPlaced", "OrderClosed"], "{events:#?}");
+    versions_increase(&events);
+    let placed = &events[0]["detail"];
+    assert_eq!((placed["version"].clone(), placed["user_id"].clone()), (json!(1), json!(user)));
+    assert_eq!(placed["expire_at"], r.body["expire_at"]);
+    let closed = &events[1]["detail"];
+    assert_eq!(closed["items"][0]["qty"], 2);
+    assert!(closed["cause"].as_str().unwrap().contains("expired"), "{closed}");
+    // The fact's own time, not the publication time: the CLOSED history entry.
+    let admin = api.admin_order(&id).await.body;
+    let into_closed = admin["history"].as_array().unwrap().iter().find(|h| h["to"] == "CLOSED").unwrap().clone();
+    assert_eq!(closed["occurred_at"], into_closed["at"]);
+    assert_eq!(closed["version"], admin["version"]);
+}
+
+#[tokio::test]
+async fn a_paid_order_publishes_placed_then_paid_and_no_close() {
+    let api = Api::new();
+    let sku = seeded(&api, "ev-paid").await;
+    let user = unique("ev-paid-user");
+    let mut sub = Subscriber::for_user(&user).await;
+    let r = api.create_order(&unique("key"), &order_body(&user, &sku, 1, None)).await;
+    let id = r.body["order_id"].as_str().unwrap().to_owned();
+    let pay = api.start_payment(&id).await;
+    assert_eq!(pay.status, 201, "{pay:?}");
+    let payment_id = pay.body["payment_id"].as_str().unwrap().to_owned();
+    let s = api.settle(&payment_id, &json!({"outcome": "SUCCEEDED", "notify": true})).await;
+    assert_eq!(s.status, 200, "{s:?}");
+    let got = sub.wait_for(&id, &["OrderPlaced", "OrderPaid"], settle_timeout()).await;
+    // Past its window too: a paid order never produces OrderClosed.
+    tokio::time::sleep(Duration::from_secs(window_seconds() + 5)).await;
+    let got = [got, sub.wait_for(&id, &["never"], Duration::from_secs(2)).await].concat();
+    let events = distinct_valid(&got);
+    assert_eq!(types(&events), ["OrderPlaced", "OrderPaid"], "{events:#?}");
+    versions_increase(&events);
+    assert_eq!(events[1]["detail"]["paid_by"], json!(payment_id));
+    assert_eq!(events[1]["detail"]["amount_total"], r.body["amount_total"]);
+}
+
+#[tokio::test]
+async fn a_late_payment_publishes_closed_then_refund_requested_then_completed() {
+    let api = Api::new();
+    let sku = seeded(&api, "ev-late").await;
+    let user = unique("ev-late-user");
+    let mut sub = Subscriber::for_user(&user).await;
+    let r = api.create_order(&unique("key"), &order_body(&user, &sku, 1, None)).await;
+    let id = r.body["order_id"].as_str().unwrap().to_owned();
+    let pay = api.start_payment(&id).await;
+    let payment_id = pay.body["payment_id"].as_str().unwrap().to_owned();
+    // The channel does not know the payment when the close asks; later the
+    // money moves and the provider notifies: a refund.
+    api.settle(&payment_id, &json!({"faults": {"query": "not_found"}})).await;
+    api.wait_status(&id, "CLOSED", settle_timeout() + Duration::from_secs(60)).await;
+    let s = api.settle(&payment_id, &json!({"outcome": "SUCCEEDED", "notify": true})).await;
+    assert_eq!(s.status, 200, "{s:?}");
+    let want = ["OrderPlaced", "OrderClosed", "LatePaymentRefundRequested", "RefundCompleted"];
+    let got = sub.wait_for(&id, &want, Duration::from_secs(120)).await;
+    let events = distinct_valid(&got);
+    assert_eq!(types(&events), want, "{events:#?}");
+    versions_increase(&events);
+    for e in &events[2..] {
+        assert_eq!(e["detail"]["payment_id"], json!(payment_id));
+        assert_eq!(e["detail"]["amount"], r.body["amount_total"]);
+    }
+}
+
+#[tokio::test]
+async fn a_relay_retry_loses_no_event_and_duplicates_no_effect() {
+    let api = Api::new();
+    let sku = seeded(&api, "ev-relay").await;
+    // The relay's first publish of every event of this buyer's orders fails
+    // (fault switch, dev stage only); its retry must deliver each.
+    let user = unique("fault-relay-u");
+    let mut sub = Subscriber::for_user(&user).await;
+    let r = api.create_order(&unique("key"), &order_body(&user, &sku, 2, None)).await;
+    let id = r.body["order_id"].as_str().unwrap().to_owned();
+    let got = sub.wait_for(&id, &["OrderPlaced", "OrderClosed"], settle_timeout()).await;
+    let events = distinct_valid(&got);
+    assert_eq!(types(&events), ["OrderPlaced", "OrderClosed"], "{events:#?}");
+    let stock = eventually("stock back once", Duration::from_secs(90), || async {
+        let s = api.stock(&sku).await;
+        (s["reserved"] == 0).then_some(s)
+    })
+    .await;
+    assert_eq!(stock["available"], 3, "released exactly once");
+    let admin = api.admin_order(&id).await.body;
+    assert_eq!(admin["history"].as_array().unwrap().iter().filter(|h| h["to"] == "CLOSED").count(), 1);
+}
+
+#[test]
+fn the_table_stream_has_at_most_two_readers() {
+    let template = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../template.yaml")).unwrap();
+    let readers = template.lines().filter(|l| l.trim() == "Type: DynamoDB").count();
+    let stream_refs = template.matches("Stream: !GetAtt OrdersTable.StreamArn").count();
+    assert_eq!(readers, stream_refs, "every DynamoDB event reads the orders table's stream");
+    assert!((1..=2).contains(&readers), "{readers} stream readers; AWS advises at most two per shard");
+}
