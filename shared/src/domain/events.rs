@@ -605,7 +605,7 @@ mod tests {
         assert_eq!(q.occurred_at, ts("2026-01-01T10:31:00.000Z"));
         assert_eq!((q.amount, q.currency.as_str()), (2500, "EUR"));
         assert_eq!(q.reason, "payment succeeded after the order closed");
-        assert_eq!(e.user_id(), None);
+        assert_eq!(e.user_id().map(|u| u.as_str()), Some("u1"), "refund events carry the buyer");
     }
 
     #[test]
