@@ -2,7 +2,7 @@
 use aws_lambda_events::event::dynamodb::Event;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use order_core::aws::{event_bus::EventBridgePublisher, queue::SqsDeadLetters, sdk_config};
-use order_core::handlers::relay::{relay_batch, RetryPolicy};
+use order_core::handlers::relay::{invocation_result, relay_batch, RetryPolicy};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -12,7 +12,7 @@ async fn main() -> Result<(), Error> {
     let publisher = &EventBridgePublisher::from_env(&config)?;
     let faults = order_core::faults::active();
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Event>| async move {
-        Ok::<_, Error>(relay_batch(event.payload, publisher, dead_letters, faults, RetryPolicy::default()).await)
+        invocation_result(relay_batch(event.payload, publisher, dead_letters, faults, RetryPolicy::default()).await)
     }))
     .await
 }

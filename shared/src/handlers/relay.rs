@@ -6,8 +6,9 @@
 //! not decode is set aside through [`each_stream_record`]), map them to
 //! integration events ([`events_of_change`]), publish, and retry the
 //! entries the bus refused a few times within the invocation. What still
-//! fails makes the record a transient failure: the mapping delivers it
-//! again and the relay publishes its events again. That is safe because a
+//! fails makes the record a transient failure (and the function fails the
+//! invocation: `functions/relay`), so the mapping delivers it again and the
+//! relay publishes its events again. That is safe because a
 //! record always maps to the same event ids and consumers deduplicate on
 //! them; it also means delivery is at least once, never exactly once.
 
@@ -184,8 +185,34 @@ async fn attempt_once<'e, P: EventPublisher + ?Sized>(
     (refused, failures)
 }
 
+/// What the relay answers for a batch: an event that could not be
+/// published fails the whole invocation, not just its record. A partial
+/// batch response is ignored by some pollers (the local emulator
+/// acknowledges the whole batch), and a lost event is worse than a
+/// re-published one (event ids are stable; subscribers deduplicate).
+pub fn invocation_result(response: DynamoDbEventResponse) -> Result<DynamoDbEventResponse, lambda_runtime::Error> {
+    match response.batch_item_failures.first() {
+        None => Ok(response),
+        Some(f) => Err(lambda_runtime::Error::from(format!(
+            "events of stream record {} not published; the batch is retried",
+            f.item_identifier.as_deref().unwrap_or("?")
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_unpublished_record_fails_the_whole_invocation() {
+        assert!(super::invocation_result(DynamoDbEventResponse::default()).is_ok());
+        let mut failed = DynamoDbEventResponse::default();
+        let mut f = aws_lambda_events::event::streams::DynamoDbBatchItemFailure::default();
+        f.item_identifier = Some("42".into());
+        failed.batch_item_failures.push(f);
+        let err = super::invocation_result(failed).unwrap_err();
+        assert!(err.to_string().contains("42"), "{err}");
+    }
+
     use super::*;
     use crate::domain::events::examples::{moved, one_of_each, order};
     use crate::domain::{OrderStatus, UserId};
