@@ -10,5 +10,4 @@ pub mod reconcile;
 pub mod refunds;
 pub mod relay;
 pub mod sandbox;
-pub mod streams;
 pub mod sweep;
