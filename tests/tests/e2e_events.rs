@@ -54,8 +54,8 @@ impl Subscriber {
         Self { sqs, queue_url, events: Vec::new() }
     }
 
-    fn existing(queue_url: String) -> impl std::future::Future<Output = Self> {
-        async move { Self { sqs: aws_sdk_sqs::Client::new(&stack_config().await), queue_url, events: Vec::new() } }
+    async fn existing(queue_url: String) -> Self {
+        Self { sqs: aws_sdk_sqs::Client::new(&stack_config().await), queue_url, events: Vec::new() }
     }
 
     /// Receives until the events of `order_id` include every type in
