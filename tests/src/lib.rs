@@ -447,3 +447,25 @@ pub fn validate_event(event: &Value) {
         validator.iter_errors(&event["detail"]).map(|e| format!("{e} at {}", e.instance_path)).collect();
     assert!(errors.is_empty(), "{detail_type} does not match its schema: {errors:?}\n{event}");
 }
+
+/// Builders of domain records for the store and use-case tests.
+pub mod fixtures {
+    use order_core::domain::*;
+    use order_core::store::PaymentAttempt;
+
+    /// A fresh PROCESSING attempt at the sandbox for the whole of `order`,
+    /// made at `at`, with a unique payment id.
+    pub fn processing_attempt(order: &Order, at: Timestamp) -> PaymentAttempt {
+        PaymentAttempt {
+            payment_id: PaymentId::parse(format!("pay_{}", rand::random::<u32>())).unwrap(),
+            order_id: order.order_id.clone(),
+            channel: ChannelName::parse("sandbox").unwrap(),
+            amount: order.amount_total,
+            currency: order.currency.clone(),
+            status: PaymentStatus::Processing,
+            channel_txn_id: None,
+            created_at: at,
+            evidence: vec![],
+        }
+    }
+}

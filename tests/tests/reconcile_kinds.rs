@@ -52,17 +52,7 @@ impl World {
     }
 
     async fn attempt(&self, order: &Order) -> PaymentAttempt {
-        let a = PaymentAttempt {
-            payment_id: PaymentId::parse(format!("pay_{}", rand::random::<u32>())).unwrap(),
-            order_id: order.order_id.clone(),
-            channel: ChannelName::parse("sandbox").unwrap(),
-            amount: order.amount_total,
-            currency: order.currency.clone(),
-            status: PaymentStatus::Processing,
-            channel_txn_id: None,
-            created_at: self.clock.now(),
-            evidence: vec![],
-        };
+        let a = system_tests::fixtures::processing_attempt(order, self.clock.now());
         assert_eq!(self.store.record_attempt(order, &a).await.unwrap(), AttemptResult::Recorded);
         a
     }

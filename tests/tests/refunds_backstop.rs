@@ -30,17 +30,7 @@ async fn late_refund(clock: &FixedClock) -> (DynamoStore, Refund) {
     };
     let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
     let order = create.execute(Some("k1"), body.to_string().as_bytes()).await.unwrap().order;
-    let a = PaymentAttempt {
-        payment_id: PaymentId::parse(format!("pay_{}", rand::random::<u32>())).unwrap(),
-        order_id: order.order_id.clone(),
-        channel: ChannelName::parse("sandbox").unwrap(),
-        amount: order.amount_total,
-        currency: order.currency.clone(),
-        status: PaymentStatus::Processing,
-        channel_txn_id: None,
-        created_at: clock.now(),
-        evidence: vec![],
-    };
+    let a = system_tests::fixtures::processing_attempt(&order, clock.now());
     assert_eq!(store.record_attempt(&order, &a).await.unwrap(), AttemptResult::Recorded);
     let order = store.order(&order.order_id).await.unwrap().unwrap();
     let lease =

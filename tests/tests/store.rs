@@ -303,17 +303,7 @@ async fn closing_is_claimed_once_guarded_by_lease_and_resumed_after_it_expires()
 }
 
 fn attempt_for(order: &Order, at_ms: i64) -> PaymentAttempt {
-    PaymentAttempt {
-        payment_id: PaymentId::parse(format!("pay_{}", rand::random::<u32>())).unwrap(),
-        order_id: order.order_id.clone(),
-        channel: ChannelName::parse("sandbox").unwrap(),
-        amount: order.amount_total,
-        currency: order.currency.clone(),
-        status: PaymentStatus::Processing,
-        channel_txn_id: None,
-        created_at: Timestamp::from_unix_millis(at_ms),
-        evidence: vec![],
-    }
+    system_tests::fixtures::processing_attempt(order, Timestamp::from_unix_millis(at_ms))
 }
 
 #[tokio::test]
