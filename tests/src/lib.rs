@@ -451,7 +451,20 @@ pub fn validate_event(event: &Value) {
 /// Builders of domain records for the store and use-case tests.
 pub mod fixtures {
     use order_core::domain::*;
-    use order_core::store::PaymentAttempt;
+    use order_core::store::{Coupon, PaymentAttempt};
+
+    /// An AVAILABLE, returnable coupon of `user` valid until `valid_until`.
+    pub fn available_coupon(id: &str, user: &str, valid_until: Timestamp) -> Coupon {
+        Coupon {
+            coupon_id: CouponId::parse(id).unwrap(),
+            user_id: UserId::parse(user).unwrap(),
+            valid_until,
+            state: CouponState::Available,
+            locked_by: None,
+            reason: None,
+            returnable: true,
+        }
+    }
 
     /// A fresh PROCESSING attempt at the sandbox for the whole of `order`,
     /// made at `at`, with a unique payment id.

@@ -423,15 +423,7 @@ async fn a_new_payment_window_leaves_existing_orders_expire_at_and_rule_alone() 
 #[tokio::test]
 async fn a_coupon_lock_another_release_already_ended_counts_as_done_not_as_a_breach() {
     let w = World::new().await;
-    let coupon = Coupon {
-        coupon_id: CouponId::parse("C-RULE").unwrap(),
-        user_id: UserId::parse("u1").unwrap(),
-        valid_until: Timestamp::from_unix_millis(T0 + 86_400_000),
-        state: CouponState::Available,
-        locked_by: None,
-        reason: None,
-        returnable: true,
-    };
+    let coupon = system_tests::fixtures::available_coupon("C-RULE", "u1", Timestamp::from_unix_millis(T0 + 86_400_000));
     w.store.put_coupon(&coupon).await.unwrap();
     let body = json!({"user_id": "u1", "currency": "EUR", "coupon_id": "C-RULE",
                       "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});

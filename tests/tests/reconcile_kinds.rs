@@ -83,15 +83,7 @@ fn success() -> Evidence {
 #[tokio::test]
 async fn a_closed_order_still_holding_stock_and_a_coupon_lock_is_reported_once_past_the_grace() {
     let w = World::new().await;
-    let coupon = Coupon {
-        coupon_id: CouponId::parse("C1").unwrap(),
-        user_id: UserId::parse("u1").unwrap(),
-        valid_until: Timestamp::from_unix_millis(T0 + 86_400_000),
-        state: CouponState::Available,
-        locked_by: None,
-        reason: None,
-        returnable: true,
-    };
+    let coupon = system_tests::fixtures::available_coupon("C1", "u1", Timestamp::from_unix_millis(T0 + 86_400_000));
     w.store.put_coupon(&coupon).await.unwrap();
     let o = w.order("A", Some("C1")).await;
     // Closed; the release that should follow never ran.

@@ -60,15 +60,7 @@ fn body(user: &str, lines: &[(&str, u32)], coupon: Option<&str>) -> serde_json::
 }
 
 async fn coupon(store: &DynamoStore, id: &str, user: &str, valid_until_ms: i64) {
-    let c = Coupon {
-        coupon_id: CouponId::parse(id).unwrap(),
-        user_id: UserId::parse(user).unwrap(),
-        valid_until: Timestamp::from_unix_millis(valid_until_ms),
-        state: CouponState::Available,
-        locked_by: None,
-        reason: None,
-        returnable: true,
-    };
+    let c = system_tests::fixtures::available_coupon(id, user, Timestamp::from_unix_millis(valid_until_ms));
     assert_eq!(store.put_coupon(&c).await.unwrap(), PutCoupon::Stored);
 }
 

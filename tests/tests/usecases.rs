@@ -156,15 +156,7 @@ async fn an_unknown_payment_state_holds_the_order_in_closing_and_releases_nothin
 #[tokio::test]
 async fn a_confirmed_unpaid_order_closes_and_its_stock_and_coupon_return_once() {
     let w = World::new().await;
-    let valid = Coupon {
-        coupon_id: CouponId::parse("C1").unwrap(),
-        user_id: UserId::parse("u1").unwrap(),
-        valid_until: Timestamp::from_unix_millis(T0 + 10 * WINDOW_MS),
-        state: CouponState::Available,
-        locked_by: None,
-        reason: None,
-        returnable: true,
-    };
+    let valid = system_tests::fixtures::available_coupon("C1", "u1", Timestamp::from_unix_millis(T0 + 10 * WINDOW_MS));
     w.store.put_coupon(&valid).await.unwrap();
     let (o, a) = w.with_attempt(&w.order(Some("C1")).await).await;
     w.channel.answer(&a.payment_id, Some(ChannelPayment::Failed));
@@ -183,15 +175,7 @@ async fn a_confirmed_unpaid_order_closes_and_its_stock_and_coupon_return_once() 
 #[tokio::test]
 async fn a_coupon_whose_validity_passed_is_released_as_expired() {
     let w = World::new().await;
-    let c = Coupon {
-        coupon_id: CouponId::parse("SHORT").unwrap(),
-        user_id: UserId::parse("u1").unwrap(),
-        valid_until: Timestamp::from_unix_millis(T0 + 1000),
-        state: CouponState::Available,
-        locked_by: None,
-        reason: None,
-        returnable: true,
-    };
+    let c = system_tests::fixtures::available_coupon("SHORT", "u1", Timestamp::from_unix_millis(T0 + 1000));
     w.store.put_coupon(&c).await.unwrap();
     let o = w.order(Some("SHORT")).await;
     w.clock.set(T0 + WINDOW_MS);
@@ -233,15 +217,7 @@ async fn a_lease_that_expires_mid_close_is_resumed_from_closing() {
 #[tokio::test]
 async fn settling_a_paid_order_confirms_stock_uses_the_coupon_and_cancels_the_wake_up() {
     let w = World::new().await;
-    let c = Coupon {
-        coupon_id: CouponId::parse("C2").unwrap(),
-        user_id: UserId::parse("u1").unwrap(),
-        valid_until: Timestamp::from_unix_millis(T0 + 10 * WINDOW_MS),
-        state: CouponState::Available,
-        locked_by: None,
-        reason: None,
-        returnable: true,
-    };
+    let c = system_tests::fixtures::available_coupon("C2", "u1", Timestamp::from_unix_millis(T0 + 10 * WINDOW_MS));
     w.store.put_coupon(&c).await.unwrap();
     let (o, a) = w.with_attempt(&w.order(Some("C2")).await).await;
     let ev = Evidence { at: w.clock.now(), source: "n".into(), status: PaymentStatus::Succeeded, detail: None };
