@@ -9,6 +9,7 @@ pub enum Kind {
     Unauthorized,
     NotFound,
     Conflict,
+    PayloadTooLarge,
     Unprocessable,
 }
 
@@ -34,6 +35,13 @@ impl ApiError {
     }
     pub fn unauthorized(code: &'static str, message: impl Into<String>) -> Self {
         Self::Refused { kind: Kind::Unauthorized, code, message: message.into() }
+    }
+    pub fn too_large(limit: usize) -> Self {
+        Self::Refused {
+            kind: Kind::PayloadTooLarge,
+            code: "payload_too_large",
+            message: format!("the request body is larger than {limit} bytes"),
+        }
     }
     pub fn unprocessable(code: &'static str, message: impl Into<String>) -> Self {
         Self::Refused { kind: Kind::Unprocessable, code, message: message.into() }

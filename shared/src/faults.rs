@@ -3,7 +3,11 @@
 //! that fails for a while. Off unless the function's `FAULT_INJECTION` is
 //! `on`, and refused outright when `STAGE` is `prod` (the template's rule
 //! refuses the deploy too). A fault hits only orders whose `user_id` names
-//! it, so a drill never touches anyone else's orders:
+//! it, so a drill never touches anyone else's orders. Buyers are
+//! authenticated and their user id is the token's subject (a UUID for
+//! Cognito); in a dev stack with faults on, a Cognito user whose user name
+//! starts with `fault-` acts under that name instead
+//! ([`crate::handlers::api::buyer`]), which is how a drill names its fault:
 //!
 //! - `fault-crash-closer-…`: the first close run that claims CLOSING stops
 //!   right there, as if the process died (its message is gone too); only
@@ -44,6 +48,12 @@ impl Faults {
             error!("FAULT_INJECTION=on is refused in a prod stage (or with STAGE unset); faults stay off");
         }
         Self { enabled: on && !prod }
+    }
+
+    /// Whether a buyer token's user name is a drill user's (`fault-…`),
+    /// who then acts under that name instead of the token's subject.
+    pub fn is_drill_user(&self, user_name: &str) -> bool {
+        self.enabled && user_name.starts_with("fault-")
     }
 
     /// Whether a closer that just claimed CLOSING for `order` (taken from

@@ -23,6 +23,7 @@ pub fn error_response(err: &ApiError) -> Response<Body> {
                 Kind::Unauthorized => 401,
                 Kind::NotFound => 404,
                 Kind::Conflict => 409,
+                Kind::PayloadTooLarge => 413,
                 Kind::Unprocessable => 422,
             };
             (status, message.clone())

@@ -7,6 +7,7 @@ use aws_sdk_dynamodb::types::{
     ScalarAttributeType, StreamSpecification, StreamViewType,
 };
 use order_core::aws::dynamo::DynamoStore;
+use order_core::domain::UserId;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::future::Future;
@@ -481,4 +482,12 @@ pub mod fixtures {
             evidence: vec![],
         }
     }
+}
+
+/// The buyer named by a create-order body's `user_id`: the use-case tests
+/// keep writing bodies as the API's clients did, and act as that buyer
+/// (on the deployed API the buyer is the token's subject instead).
+pub fn body_buyer(body: &[u8]) -> UserId {
+    let v: Value = serde_json::from_slice(body).expect("a JSON body");
+    UserId::parse(v["user_id"].as_str().expect("the body names user_id")).expect("a valid user id")
 }

@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use system_tests::body_buyer;
 use system_tests::fakes::{FixedClock, RecordedWakeUps};
 use system_tests::{dynamodb_local, fresh_table};
 
@@ -101,7 +102,13 @@ impl World {
         if let Some(c) = coupon {
             body["coupon_id"] = json!(c);
         }
-        uc.execute(Some(&format!("k{}", rand::random::<u64>())), body.to_string().as_bytes()).await.map(|c| c.order)
+        uc.execute(
+            &body_buyer(body.to_string().as_bytes()),
+            Some(&format!("k{}", rand::random::<u64>())),
+            body.to_string().as_bytes(),
+        )
+        .await
+        .map(|c| c.order)
     }
 
     fn payments(&self) -> StartPayment<'_, DynamoStore, Ledger> {
@@ -116,7 +123,7 @@ impl World {
     }
 
     async fn pay(&self, o: &Order, key: &str) -> Result<PaymentStarted, ApiError> {
-        self.payments().execute(o.order_id.as_str(), Some(key), br#"{"channel":"sandbox"}"#).await
+        self.payments().execute(&o.user_id, o.order_id.as_str(), Some(key), br#"{"channel":"sandbox"}"#).await
     }
 
     async fn record(&self, o: &Order) -> OrderRecord {
@@ -301,7 +308,7 @@ async fn a_payment_replayed_with_the_same_key_returns_the_same_attempt_and_opens
     assert!(w.channel.cancelled.lock().unwrap().is_empty(), "the replay closed nothing");
     // Missing key: refused before anything is written.
     let count = w.item_count().await;
-    let missing = w.payments().execute(o.order_id.as_str(), None, br#"{"channel":"sandbox"}"#).await;
+    let missing = w.payments().execute(&o.user_id, o.order_id.as_str(), None, br#"{"channel":"sandbox"}"#).await;
     assert!(message(missing).contains("Idempotency-Key"));
     assert_eq!(w.item_count().await, count);
 }

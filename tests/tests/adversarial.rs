@@ -16,7 +16,7 @@ use order_core::store::*;
 use order_core::usecases::close_order::{CloseOrder, CloseOutcome, DEFAULT_CLOSE_BUDGET};
 use order_core::usecases::create_order::CreateOrder;
 use order_core::usecases::force_check::force_check;
-use order_core::usecases::order_reads::get_order;
+use order_core::usecases::order_reads::{get_order, Reader};
 use order_core::usecases::refunds::{process_refund, RefundOutcome};
 use order_core::usecases::release_order::{drive_effects, release_order, settle_order};
 use order_core::usecases::sweep::{sweep, SweepConfig, SweepReport};
@@ -24,6 +24,7 @@ use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use system_tests::body_buyer;
 use system_tests::fakes::*;
 use system_tests::{dynamodb_local, fresh_table};
 
@@ -102,7 +103,14 @@ impl World {
             expiry_rule_version: "w60".into(),
         };
         let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 3, "unit_price": 100}]});
-        uc.execute(Some(&format!("k{}", rand::random::<u64>())), body.to_string().as_bytes()).await.unwrap().order
+        uc.execute(
+            &body_buyer(body.to_string().as_bytes()),
+            Some(&format!("k{}", rand::random::<u64>())),
+            body.to_string().as_bytes(),
+        )
+        .await
+        .unwrap()
+        .order
     }
 
     async fn with_attempt(&self, order: &Order) -> PaymentAttempt {
@@ -498,7 +506,9 @@ async fn guard_duplicate_reminders_on_a_due_order_close_once() {
     let o = w.order().await;
     w.clock.set(T0 + WINDOW_MS + 1_000);
     for _ in 0..5 {
-        get_order(&w.store, &w.reminders, &w.clock, o.order_id.as_str(), false).await.unwrap();
+        get_order(&w.store, &w.reminders, &w.clock, o.order_id.as_str(), &Reader::Buyer(o.user_id.clone()))
+            .await
+            .unwrap();
     }
     assert_eq!(reminders_for(&w, &o.order_id), 1, "one lazy reminder");
     let (x, y) = (w.closer(), w.closer());
@@ -552,7 +562,7 @@ async fn guard_bad_and_unknown_ids_change_nothing() {
     let w = World::new().await;
     for bad in ["", "ord#x", "ORDER#ord_1", "../x", "a b"] {
         assert!(force_check(&w.closer(), bad, "ops").await.is_err(), "{bad:?}");
-        assert!(get_order(&w.store, &w.reminders, &w.clock, bad, false).await.is_err(), "{bad:?}");
+        assert!(get_order(&w.store, &w.reminders, &w.clock, bad, &Reader::Operator).await.is_err(), "{bad:?}");
     }
     let missing = OrderId::parse("ord_missing").unwrap();
     assert_eq!(w.closer().close(&missing, "x").await.unwrap(), CloseOutcome::NotFound);

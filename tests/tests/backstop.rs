@@ -13,13 +13,14 @@ use order_core::store::*;
 use order_core::usecases::close_order::{CloseOrder, CloseOutcome, DEFAULT_CLOSE_BUDGET};
 use order_core::usecases::create_order::CreateOrder;
 use order_core::usecases::force_check::force_check;
-use order_core::usecases::order_reads::get_order;
+use order_core::usecases::order_reads::{get_order, Reader};
 use order_core::usecases::release_order::{release_order, settle_order};
 use order_core::usecases::sweep::{sweep, SweepConfig};
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use system_tests::body_buyer;
 use system_tests::fakes::*;
 use system_tests::{dynamodb_local, fresh_table};
 
@@ -82,7 +83,11 @@ impl World {
     async fn order(&self) -> Order {
         let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
         let key = format!("k{}", rand::random::<u64>());
-        self.creator(WINDOW, "w60").execute(Some(&key), body.to_string().as_bytes()).await.unwrap().order
+        self.creator(WINDOW, "w60")
+            .execute(&body_buyer(body.to_string().as_bytes()), Some(&key), body.to_string().as_bytes())
+            .await
+            .unwrap()
+            .order
     }
 
     async fn with_attempt(&self, order: &Order) -> PaymentAttempt {
@@ -353,11 +358,15 @@ async fn a_close_run_out_of_time_holds_the_order_keeps_its_lease_and_sends_its_r
 async fn reading_an_overdue_order_says_so_and_sends_one_reminder_without_writing_its_status() {
     let w = World::new().await;
     let o = w.order().await;
-    let view = get_order(&w.store, &w.reminders, &w.clock, o.order_id.as_str(), false).await.unwrap();
+    let view = get_order(&w.store, &w.reminders, &w.clock, o.order_id.as_str(), &Reader::Buyer(o.user_id.clone()))
+        .await
+        .unwrap();
     assert_eq!(view["expired_awaiting_close"], false);
     w.clock.set(T0 + 61_000);
     for _ in 0..3 {
-        let view = get_order(&w.store, &w.reminders, &w.clock, o.order_id.as_str(), false).await.unwrap();
+        let view = get_order(&w.store, &w.reminders, &w.clock, o.order_id.as_str(), &Reader::Buyer(o.user_id.clone()))
+            .await
+            .unwrap();
         assert_eq!(view["expired_awaiting_close"], true);
         assert_eq!(view["status"], "PENDING_PAYMENT");
     }
@@ -365,7 +374,7 @@ async fn reading_an_overdue_order_says_so_and_sends_one_reminder_without_writing
     let after = w.store.order(&o.order_id).await.unwrap().unwrap();
     assert_eq!((after.status, after.version), (o.status, o.version), "no status or version write on a read");
     w.clock.set(T0 + 125_000);
-    get_order(&w.store, &w.reminders, &w.clock, o.order_id.as_str(), false).await.unwrap();
+    get_order(&w.store, &w.reminders, &w.clock, o.order_id.as_str(), &Reader::Buyer(o.user_id.clone())).await.unwrap();
     assert_eq!(w.reminders.0.lock().unwrap().len(), 2, "a minute later, one more");
 }
 
@@ -405,10 +414,19 @@ async fn a_force_check_runs_the_close_use_case_and_records_who_asked_and_what_it
 async fn a_new_payment_window_leaves_existing_orders_expire_at_and_rule_alone() {
     let w = World::new().await;
     let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
-    let before = w.creator(WINDOW, "window-60s").execute(Some("k1"), body.to_string().as_bytes()).await.unwrap().order;
+    let before = w
+        .creator(WINDOW, "window-60s")
+        .execute(&body_buyer(body.to_string().as_bytes()), Some("k1"), body.to_string().as_bytes())
+        .await
+        .unwrap()
+        .order;
     // "Redeployed" with a ten-minute window.
     let redeployed = w.creator(Duration::from_secs(600), "window-600s");
-    let after = redeployed.execute(Some("k2"), body.to_string().as_bytes()).await.unwrap().order;
+    let after = redeployed
+        .execute(&body_buyer(body.to_string().as_bytes()), Some("k2"), body.to_string().as_bytes())
+        .await
+        .unwrap()
+        .order;
     let stored = w.store.order(&before.order_id).await.unwrap().unwrap();
     assert_eq!(stored.expire_at, Timestamp::from_unix_millis(T0 + 60_000));
     assert_eq!(stored.expiry_rule_version, "window-60s");
@@ -427,7 +445,12 @@ async fn a_coupon_lock_another_release_already_ended_counts_as_done_not_as_a_bre
     w.store.put_coupon(&coupon).await.unwrap();
     let body = json!({"user_id": "u1", "currency": "EUR", "coupon_id": "C-RULE",
                       "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
-    let o = w.creator(WINDOW, "w60").execute(Some("kc"), body.to_string().as_bytes()).await.unwrap().order;
+    let o = w
+        .creator(WINDOW, "w60")
+        .execute(&body_buyer(body.to_string().as_bytes()), Some("kc"), body.to_string().as_bytes())
+        .await
+        .unwrap()
+        .order;
     w.clock.set(T0 + 60_000);
     assert_eq!(w.closer().close(&o.order_id, "t").await.unwrap(), CloseOutcome::Closed);
     // A first release returned the coupon and died before the rest; then an

@@ -13,6 +13,7 @@ use serde_json::json;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use system_tests::body_buyer;
 use system_tests::fakes::FixedClock;
 use system_tests::{dynamodb_local, fresh_table};
 
@@ -31,7 +32,11 @@ async fn pending_refund(clock: &FixedClock) -> (DynamoStore, Refund) {
         expiry_rule_version: "t".into(),
     };
     let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
-    let order = create.execute(Some("k1"), body.to_string().as_bytes()).await.unwrap().order;
+    let order = create
+        .execute(&body_buyer(body.to_string().as_bytes()), Some("k1"), body.to_string().as_bytes())
+        .await
+        .unwrap()
+        .order;
     let mut attempts = Vec::new();
     for i in 0..2 {
         let order = store.order(&order.order_id).await.unwrap().unwrap();

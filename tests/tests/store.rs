@@ -9,6 +9,7 @@ use order_core::store::*;
 use order_core::usecases::create_order::CreateOrder;
 use serde_json::json;
 use std::time::Duration;
+use system_tests::body_buyer;
 use system_tests::fakes::FixedClock;
 use system_tests::{dynamodb_local, fresh_table};
 
@@ -35,7 +36,7 @@ fn sku(s: &str) -> Sku {
 
 async fn create(store: &DynamoStore, clock: &FixedClock, key: &str, body: serde_json::Value) -> Result<Order, String> {
     creator(store, clock)
-        .execute(Some(key), body.to_string().as_bytes())
+        .execute(&body_buyer(body.to_string().as_bytes()), Some(key), body.to_string().as_bytes())
         .await
         .map(|c| c.order)
         .map_err(|e| e.code().to_owned())
@@ -100,6 +101,7 @@ async fn out_of_stock_on_any_line_writes_nothing_and_names_the_sku() {
     let (order, claim) = {
         let c = creator(&store, &clock);
         let req = order_core::usecases::create_order::CreateOrderRequest::parse(
+            &UserId::parse("u1").unwrap(),
             body("u1", &[("A", 2), ("B", 2)], Some("C1")).to_string().as_bytes(),
         )
         .unwrap();
@@ -171,19 +173,19 @@ async fn an_idempotency_key_replays_the_same_order_and_refuses_a_different_body(
     store.put_stock(&sku("A"), 10, None).await.unwrap();
     let uc = creator(&store, &clock);
     let b = body("u1", &[("A", 1)], None).to_string();
-    let first = uc.execute(Some("key-1"), b.as_bytes()).await.unwrap();
-    let again = uc.execute(Some("key-1"), b.as_bytes()).await.unwrap();
+    let first = uc.execute(&body_buyer(b.as_bytes()), Some("key-1"), b.as_bytes()).await.unwrap();
+    let again = uc.execute(&body_buyer(b.as_bytes()), Some("key-1"), b.as_bytes()).await.unwrap();
     assert!(!first.replayed && again.replayed);
     assert_eq!(first.order.order_id, again.order.order_id);
     assert_eq!(stock(&store, "A").await, (9, 1), "the replay reserved nothing");
 
     let other = body("u1", &[("A", 2)], None).to_string();
-    let err = uc.execute(Some("key-1"), other.as_bytes()).await.unwrap_err();
+    let err = uc.execute(&body_buyer(other.as_bytes()), Some("key-1"), other.as_bytes()).await.unwrap_err();
     assert_eq!(err.code(), "idempotency_key_reused");
     assert_eq!(stock(&store, "A").await, (9, 1));
     // Keys are per user: another user's same key is a new order.
     let b2 = body("u2", &[("A", 1)], None).to_string();
-    assert!(!uc.execute(Some("key-1"), b2.as_bytes()).await.unwrap().replayed);
+    assert!(!uc.execute(&body_buyer(b2.as_bytes()), Some("key-1"), b2.as_bytes()).await.unwrap().replayed);
 }
 
 async fn open_order(store: &DynamoStore, clock: &FixedClock) -> Order {

@@ -12,6 +12,7 @@ use order_core::usecases::refunds::{process_refund, RefundOutcome, MAX_REFUND_TR
 use order_core::usecases::release_order::{release_order, settle_order};
 use serde_json::json;
 use std::time::Duration;
+use system_tests::body_buyer;
 use system_tests::fakes::*;
 use system_tests::{dynamodb_local, fresh_table};
 
@@ -57,7 +58,14 @@ impl World {
         if let Some(c) = coupon {
             body["coupon_id"] = json!(c);
         }
-        uc.execute(Some(&format!("k{}", rand::random::<u64>())), body.to_string().as_bytes()).await.unwrap().order
+        uc.execute(
+            &body_buyer(body.to_string().as_bytes()),
+            Some(&format!("k{}", rand::random::<u64>())),
+            body.to_string().as_bytes(),
+        )
+        .await
+        .unwrap()
+        .order
     }
 
     async fn with_attempt(&self, order: &Order) -> (Order, PaymentAttempt) {

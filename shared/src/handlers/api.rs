@@ -1,5 +1,6 @@
 //! HTTP API helpers: routing keys, path parameters, headers.
 
+use crate::domain::UserId;
 use crate::error::ApiError;
 use lambda_http::request::RequestContext;
 use lambda_http::{Request, RequestExt};
@@ -34,8 +35,60 @@ pub fn idempotency_key(req: &Request) -> Result<Option<&str>, ApiError> {
     }
 }
 
+/// The largest request body any route takes (a 40-line order is about
+/// 3 KB). Larger bodies are refused with 413 before any parsing.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
 pub fn body_bytes(req: &Request) -> &[u8] {
     req.body().as_ref()
+}
+
+/// `Err(413)` when the body is over [`MAX_BODY_BYTES`]: every HTTP entry
+/// point checks this first, so an oversized body costs no JSON parsing, no
+/// read and no write.
+pub fn within_body_limit(req: &Request) -> Result<(), ApiError> {
+    if body_bytes(req).len() > MAX_BODY_BYTES {
+        return Err(ApiError::too_large(MAX_BODY_BYTES));
+    }
+    Ok(())
+}
+
+/// The buyer behind a request to a buyer route: the subject (`sub`) of the
+/// bearer token the API's JWT authorizer verified before the function ran.
+/// Never the body: whoever holds a token acts for its subject only.
+///
+/// Fault drills only (a dev stack with `FAULT_INJECTION=on`, see
+/// [`crate::faults`]): a Cognito user whose user name names a fault
+/// (`fault-…`) acts as that name, so a drill can pick which orders it hits.
+pub fn buyer(req: &Request) -> Result<UserId, ApiError> {
+    let claims = match req.request_context_ref() {
+        Some(RequestContext::ApiGatewayV2(ctx)) => {
+            ctx.authorizer.as_ref().and_then(|a| a.jwt.as_ref()).map(|j| &j.claims)
+        }
+        _ => None,
+    };
+    // API Gateway answers 401 before the function runs when the token is
+    // missing or invalid; no claims here means the route has no authorizer.
+    let unauthenticated = || {
+        ApiError::unauthorized(
+            "unauthenticated",
+            "this route needs a bearer token (Authorization: Bearer <access token>)",
+        )
+    };
+    let claims = claims.ok_or_else(unauthenticated)?;
+    let name = claims.get("username").or_else(|| claims.get("cognito:username"));
+    if let Some(drill) = name.filter(|n| crate::faults::active().is_drill_user(n)) {
+        return UserId::parse(drill.as_str()).map_err(|e| ApiError::invalid(e.0));
+    }
+    let sub = claims.get("sub").filter(|s| !s.is_empty()).ok_or_else(unauthenticated)?;
+    // A subject that is not a valid id (an external issuer's odd format)
+    // is refused rather than mangled into someone else's id.
+    UserId::parse(sub.as_str()).map_err(|e| {
+        ApiError::unauthorized(
+            "unsupported_subject",
+            format!("the token's subject is not usable as a user id: {}", e.0),
+        )
+    })
 }
 
 /// Who called an AWS_IAM route: the caller's IAM ARN from the request

@@ -1,6 +1,8 @@
 //! HTTP handlers: route, call one use case, respond through [`crate::http`].
 
-use super::api::{body_bytes, caller_identity, header, idempotency_key, path_param, route_key};
+use super::api::{
+    body_bytes, buyer, caller_identity, header, idempotency_key, path_param, route_key, within_body_limit,
+};
 use crate::aws::dynamo::DynamoStore;
 use crate::aws::queue::SqsCloseReminders;
 use crate::aws::sandbox::ConfiguredChannel;
@@ -12,7 +14,7 @@ use crate::signature;
 use crate::usecases::close_order::CloseOrder;
 use crate::usecases::create_order::CreateOrder;
 use crate::usecases::force_check::force_check;
-use crate::usecases::order_reads::get_order;
+use crate::usecases::order_reads::{get_order, Reader};
 use crate::usecases::{payments, queries};
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
@@ -20,11 +22,12 @@ use tracing::warn;
 
 /// POST /orders
 pub async fn create_order(uc: &CreateOrder<DynamoStore>, req: Request) -> Response<Body> {
-    let key = match idempotency_key(&req) {
-        Ok(k) => k,
+    let checked = within_body_limit(&req).and_then(|()| buyer(&req)).and_then(|u| Ok((u, idempotency_key(&req)?)));
+    let (user, key) = match checked {
+        Ok(v) => v,
         Err(e) => return error_response(&e),
     };
-    match uc.execute(key, body_bytes(&req)).await {
+    match uc.execute(&user, key, body_bytes(&req)).await {
         Ok(created) => {
             let o = &created.order;
             let mut resp = json_response(
@@ -66,8 +69,8 @@ async fn start_payment(app: &OrderApi, req: &Request) -> Response<Body> {
         merchant_id: &app.merchant_id,
         not_found_grace: app.not_found_grace,
     };
-    let started = match idempotency_key(req) {
-        Ok(key) => uc.execute(&path_param(req, "order_id"), key, body_bytes(req)).await,
+    let started = match buyer(req).and_then(|u| Ok((u, idempotency_key(req)?))) {
+        Ok((user, key)) => uc.execute(&user, &path_param(req, "order_id"), key, body_bytes(req)).await,
         Err(e) => Err(e),
     };
     match started {
@@ -84,19 +87,25 @@ async fn start_payment(app: &OrderApi, req: &Request) -> Response<Body> {
 
 /// GET /orders/{order_id}, POST /orders/{order_id}/payments and the /admin routes.
 pub async fn order_api(app: &OrderApi, req: Request) -> Response<Body> {
+    if let Err(e) = within_body_limit(&req) {
+        return error_response(&e);
+    }
     let route = route_key(&req);
     let body = body_bytes(&req);
     let store = &app.store;
     let result = match route.as_str() {
-        "GET /orders/{order_id}" | "GET /admin/orders/{order_id}" => get_order(
-            store,
-            &app.closer.reminders,
-            app.clock.as_ref(),
-            &path_param(&req, "order_id"),
-            route.starts_with("GET /admin/"),
-        )
-        .await
-        .map(|v| (200, v)),
+        "GET /orders/{order_id}" | "GET /admin/orders/{order_id}" => {
+            let reader =
+                if route.starts_with("GET /admin/") { Ok(Reader::Operator) } else { buyer(&req).map(Reader::Buyer) };
+            match reader {
+                Ok(reader) => {
+                    get_order(store, &app.closer.reminders, app.clock.as_ref(), &path_param(&req, "order_id"), &reader)
+                        .await
+                        .map(|v| (200, v))
+                }
+                Err(e) => Err(e),
+            }
+        }
         "POST /admin/orders/{order_id}/check" => {
             force_check(&app.closer, &path_param(&req, "order_id"), &caller_identity(&req)).await.map(|v| (200, v))
         }
@@ -124,6 +133,9 @@ pub struct Webhook {
 
 /// POST /payments/{channel}/notify
 pub async fn payment_webhook(app: &Webhook, req: Request) -> Response<Body> {
+    if let Err(e) = within_body_limit(&req) {
+        return error_response(&e);
+    }
     let body = body_bytes(&req);
     let now = app.clock.now().unix_seconds();
     if let Err(e) = signature::verify(&app.secret, header(&req, "x-signature"), body, now) {

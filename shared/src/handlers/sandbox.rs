@@ -2,7 +2,7 @@
 //! (its own ledger), plant faults, and send a signed notification to the
 //! webhook as a real provider would.
 
-use super::api::{body_bytes, path_param};
+use super::api::{body_bytes, path_param, within_body_limit};
 use crate::aws::sandbox::{Faults, SandboxChannel};
 use crate::domain::{PaymentId, PaymentStatus};
 use crate::error::{json_object, ApiError};
@@ -62,6 +62,7 @@ pub async fn settle(app: &Sandbox, req: Request) -> Response<Body> {
 }
 
 async fn settle_inner(app: &Sandbox, req: &Request) -> Result<Value, ApiError> {
+    within_body_limit(req)?;
     let raw_id = path_param(req, "payment_id");
     let payment_id = PaymentId::parse(raw_id.clone()).map_err(|_| ApiError::not_found(format!("payment {raw_id}")))?;
     let SettleRequest { outcome, notify, faults } = SettleRequest::parse(body_bytes(req))?;

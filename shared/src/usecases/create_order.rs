@@ -44,11 +44,14 @@ fn reject_unknown(obj: &serde_json::Map<String, Value>, known: &[&str], at: &str
 }
 
 impl CreateOrderRequest {
-    /// Parses and validates a request body; every error names the field.
-    pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
+    /// Parses and validates a request body of `buyer` (the authenticated
+    /// caller); every error names the field. A `user_id` in the body is
+    /// accepted for older clients and ignored: the order is always the
+    /// caller's.
+    pub fn parse(buyer: &UserId, body: &[u8]) -> Result<Self, ApiError> {
         let obj = &json_object(body)?;
         reject_unknown(obj, &["user_id", "currency", "items", "coupon_id"], "")?;
-        let user_id = UserId::parse(string_field(obj, "user_id")?).map_err(|e| ApiError::invalid(e.0))?;
+        let user_id = buyer.clone();
         let currency = Currency::parse(string_field(obj, "currency")?).map_err(|e| ApiError::invalid(e.0))?;
         let coupon_id = match obj.get("coupon_id") {
             None | Some(Value::Null) => None,
@@ -127,12 +130,17 @@ pub struct CreateOrder<S> {
 
 impl<S: OrderStore> CreateOrder<S> {
     #[instrument(skip_all, fields(idempotency_key = idempotency_key.unwrap_or("")))]
-    pub async fn execute(&self, idempotency_key: Option<&str>, body: &[u8]) -> Result<Created, ApiError> {
+    pub async fn execute(
+        &self,
+        buyer: &UserId,
+        idempotency_key: Option<&str>,
+        body: &[u8],
+    ) -> Result<Created, ApiError> {
         let key = match idempotency_key {
             None => return Err(ApiError::invalid("the Idempotency-Key header is required")),
             Some(k) => IdempotencyKey::parse(k).map_err(|e| ApiError::invalid(e.0))?,
         };
-        let req = CreateOrderRequest::parse(body)?;
+        let req = CreateOrderRequest::parse(buyer, body)?;
         let now = self.clock.now();
         let order = Order {
             order_id: OrderId::parse(self.ids.new_id("ord", now)).expect("generated ids are valid"),
@@ -185,8 +193,12 @@ impl<S: OrderStore> CreateOrder<S> {
 mod tests {
     use super::*;
 
+    fn u() -> UserId {
+        UserId::parse("u").unwrap()
+    }
+
     fn err(body: &str) -> String {
-        match CreateOrderRequest::parse(body.as_bytes()) {
+        match CreateOrderRequest::parse(&u(), body.as_bytes()) {
             Err(ApiError::Refused { message, .. }) => message,
             other => panic!("expected a refusal, got {other:?}"),
         }
@@ -195,7 +207,7 @@ mod tests {
     #[test]
     fn validation_errors_name_the_field() {
         assert!(err("{").contains("not valid JSON"));
-        assert!(err(r#"{"currency":"EUR","items":[]}"#).contains("user_id"));
+        assert!(err(r#"{"currency":"EUR","items":[]}"#).contains("items"));
         assert!(err(r#"{"user_id":"u","currency":"eur","items":[]}"#).contains("currency"));
         assert!(err(r#"{"user_id":"u","currency":"EUR","items":[]}"#).contains("items"));
         assert!(err(r#"{"user_id":"u","currency":"EUR","items":[{"sku":"a","qty":0,"unit_price":1}]}"#)
@@ -211,14 +223,17 @@ mod tests {
     #[test]
     fn the_hash_ignores_formatting_but_not_content() {
         let a = CreateOrderRequest::parse(
+            &u(),
             br#"{"user_id":"u","currency":"EUR","items":[{"sku":"a","qty":1,"unit_price":5}]}"#,
         )
         .unwrap();
         let b = CreateOrderRequest::parse(
+            &u(),
             b"{ \"items\": [ {\"unit_price\":5, \"qty\":1, \"sku\":\"a\"} ], \"currency\":\"EUR\", \"user_id\":\"u\" }",
         )
         .unwrap();
         let c = CreateOrderRequest::parse(
+            &u(),
             br#"{"user_id":"u","currency":"EUR","items":[{"sku":"a","qty":2,"unit_price":5}]}"#,
         )
         .unwrap();
@@ -230,14 +245,17 @@ mod tests {
     #[test]
     fn the_hash_does_not_depend_on_the_order_of_the_lines() {
         let ab = CreateOrderRequest::parse(
+            &u(),
             br#"{"user_id":"u","currency":"EUR","items":[{"sku":"a","qty":1,"unit_price":5},{"sku":"b","qty":2,"unit_price":7}]}"#,
         )
         .unwrap();
         let ba = CreateOrderRequest::parse(
+            &u(),
             br#"{"user_id":"u","currency":"EUR","items":[{"sku":"b","qty":2,"unit_price":7},{"sku":"a","qty":1,"unit_price":5}]}"#,
         )
         .unwrap();
         let other = CreateOrderRequest::parse(
+            &u(),
             br#"{"user_id":"u","currency":"EUR","items":[{"sku":"b","qty":1,"unit_price":7},{"sku":"a","qty":2,"unit_price":5}]}"#,
         )
         .unwrap();

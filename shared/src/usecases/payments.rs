@@ -81,6 +81,7 @@ where
     #[instrument(skip_all, fields(order_id = %order_id))]
     pub async fn execute(
         &self,
+        buyer: &UserId,
         order_id: &str,
         idempotency_key: Option<&str>,
         body: &[u8],
@@ -113,6 +114,11 @@ where
         let order_id = OrderId::parse(order_id).map_err(|_| ApiError::not_found(format!("order {order_id}")))?;
         let not_found = || ApiError::not_found(format!("order {order_id}"));
         let mut record = self.store.order_record(&order_id).await?.ok_or_else(not_found)?;
+        // Another buyer's order is answered as missing, before anything is
+        // written or the channel is asked.
+        if record.order.user_id != *buyer {
+            return Err(not_found());
+        }
         // A key seen before is answered before any status check: the client
         // is asking for the attempt it already has, not for a new one.
         if let Some(claimed) = self.store.claimed_payment(&record.order, &claim.key).await? {
