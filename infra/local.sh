@@ -23,7 +23,9 @@ Environment (defaults in brackets)
   GATEWAY_PORT [4566]                ministack port (bound to 127.0.0.1)
   AWS_REGION [us-east-1]
   WEBHOOK_SECRET [local-webhook-secret]  value put into the SSM parameter
-  WEBHOOK_SECRET_PARAMETER [/order-expiry/webhook-secret]
+  WEBHOOK_SECRET_PARAMETER [/order-expiry/webhook-secret]   (the provider channel's secret)
+  SANDBOX_WEBHOOK_SECRET [local-sandbox-webhook-secret]      the sandbox channel's own secret
+  SANDBOX_WEBHOOK_SECRET_PARAMETER [/order-expiry/sandbox-webhook-secret]
   MERCHANT_ID [merchant-local]       LOG_LEVEL [info]  (RUST_LOG of the functions)
   STREAM_MAX_RECORD_AGE_SECONDS [60] stream mappings' MaximumRecordAgeInSeconds
   CHANNEL_NOT_FOUND_GRACE_SECONDS [30] age after which a payment the channel does not
@@ -58,6 +60,8 @@ case "$LOCAL_EMULATOR" in
 esac
 WEBHOOK_SECRET="${WEBHOOK_SECRET:-local-webhook-secret}"
 WEBHOOK_SECRET_PARAMETER="${WEBHOOK_SECRET_PARAMETER:-/order-expiry/webhook-secret}"
+SANDBOX_WEBHOOK_SECRET="${SANDBOX_WEBHOOK_SECRET:-local-sandbox-webhook-secret}"
+SANDBOX_WEBHOOK_SECRET_PARAMETER="${SANDBOX_WEBHOOK_SECRET_PARAMETER:-/order-expiry/sandbox-webhook-secret}"
 MERCHANT_ID="${MERCHANT_ID:-merchant-local}"
 LOG_LEVEL="${LOG_LEVEL:-info}"
 # The local stack is a dev stage: fault drills on (only orders whose user id
@@ -166,11 +170,14 @@ start_ministack() {
 
 # -------------------------------------------------------------- deploy
 put_secret() {
-  say "putting SSM parameter $WEBHOOK_SECRET_PARAMETER (SecureString)"
+  say "putting SSM parameters $WEBHOOK_SECRET_PARAMETER and $SANDBOX_WEBHOOK_SECRET_PARAMETER (SecureString)"
   aws_env
-  .venv/bin/python - "$WEBHOOK_SECRET_PARAMETER" "$WEBHOOK_SECRET" <<'PY'
+  .venv/bin/python - "$WEBHOOK_SECRET_PARAMETER" "$WEBHOOK_SECRET" \
+    "$SANDBOX_WEBHOOK_SECRET_PARAMETER" "$SANDBOX_WEBHOOK_SECRET" <<'PY'
 import sys, boto3
-boto3.client("ssm").put_parameter(Name=sys.argv[1], Value=sys.argv[2], Type="SecureString", Overwrite=True)
+ssm = boto3.client("ssm")
+for name, value in zip(sys.argv[1::2], sys.argv[2::2]):
+    ssm.put_parameter(Name=name, Value=value, Type="SecureString", Overwrite=True)
 PY
 }
 
@@ -183,6 +190,7 @@ run_deploy() { # args: LocalApiId ApiBaseUrlOverride
     --param "ChannelNotFoundGraceSeconds=$CHANNEL_NOT_FOUND_GRACE_SECONDS" \
     --param "MerchantId=$MERCHANT_ID" \
     --param "WebhookSecretParameterName=$WEBHOOK_SECRET_PARAMETER" \
+    --param "SandboxWebhookSecretParameterName=$SANDBOX_WEBHOOK_SECRET_PARAMETER" \
     --param "LogLevel=$LOG_LEVEL" \
     --param "StreamMaxRecordAgeSeconds=$STREAM_MAX_RECORD_AGE_SECONDS" \
     --param "LocalApiId=$1" \
@@ -226,6 +234,8 @@ deploy() {
     echo "MERCHANT_ID=$MERCHANT_ID"
     echo "WEBHOOK_SECRET_PARAMETER=$WEBHOOK_SECRET_PARAMETER"
     echo "WEBHOOK_SECRET=$WEBHOOK_SECRET"
+    echo "SANDBOX_WEBHOOK_SECRET_PARAMETER=$SANDBOX_WEBHOOK_SECRET_PARAMETER"
+    echo "SANDBOX_WEBHOOK_SECRET=$SANDBOX_WEBHOOK_SECRET"
     # stack outputs, UPPER_SNAKE; the output ApiBaseUrl (AWS form) is renamed
     grep -v '^API_BASE_URL=' "$STATE/outputs.env"
     echo "API_BASE_URL_AWS_FORM=$(sed -n 's/^API_BASE_URL=//p' "$STATE/outputs.env")"
@@ -234,13 +244,18 @@ deploy() {
   } >"$STATE/stack.env"
   rm -f "$STATE/outputs.env"
   # The example subscriber (infra/subscriber.yaml): another service's stack
-  # on the order event bus; its queue receives the events of buyers whose id
-  # starts with "subscriber-".
+  # on the order event bus; its queue receives the events of one buyer,
+  # "subscriber-buyer" (a user of the stack's pool, made here: a buyer's
+  # user id is their token's subject, known only once they exist).
+  local sub_user_id
+  sub_user_id="$(set -a; . "$STATE/stack.env"; set +a; .venv/bin/python infra/buyers.py subscriber-buyer | sed -n 's/^USER_ID=//p')"
+  [[ -n "$sub_user_id" ]] || die "could not create the subscriber's buyer in the local user pool"
   .venv/bin/python infra/deploy.py --stack-name "$STACK_NAME-subscriber" --template infra/subscriber.yaml \
     --param "BusName=$(sed -n 's/^ORDER_EVENT_BUS_NAME=//p' "$STATE/stack.env")" \
-    --param "UserIdPrefix=subscriber-" \
+    --param "UserIdPrefix=$sub_user_id" \
     --outputs-env "$STATE/subscriber.env"
   cat "$STATE/subscriber.env" >>"$STATE/stack.env"
+  echo "SUBSCRIBER_BUYER=subscriber-buyer" >>"$STATE/stack.env"
   rm -f "$STATE/subscriber.env"
   ok "stack $STACK_NAME deployed in $((SECONDS - t0))s; outputs in .local/stack.env"
 }

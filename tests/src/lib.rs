@@ -11,6 +11,7 @@ use order_core::domain::UserId;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -125,11 +126,102 @@ where
     }
 }
 
-/// An HTTP client for the deployed API.
+/// An HTTP client for the deployed API. Buyer routes are called as a
+/// buyer: the helpers sign a Cognito user in per buyer name (the name a
+/// test puts in a body's `user_id`) and send its access token, and remember
+/// which buyer created which order so later calls on it act as its owner.
 #[derive(Clone)]
 pub struct Api {
     pub base: String,
     http: reqwest::Client,
+    buyers: Arc<Mutex<HashMap<String, Buyer>>>,
+    owners: Arc<Mutex<HashMap<String, String>>>,
+}
+
+/// A signed-in buyer of the local user pool.
+#[derive(Debug, Clone)]
+pub struct Buyer {
+    pub access_token: String,
+    /// What this buyer's orders carry as `user_id`: the token's subject
+    /// (or, for a drill user named `fault-…`, that name).
+    pub user_id: String,
+}
+
+/// The dev password of the local pool's test buyers (see `infra/buyers.py`).
+pub const BUYER_PASSWORD: &str = "Local-buyer-Pa55word";
+
+/// The claims of a JWT, unverified (the API verified it; tests only read it).
+pub fn token_claims(token: &str) -> Value {
+    use base64::Engine;
+    let payload = token.split('.').nth(1).expect("a JWT has three parts");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).expect("base64url");
+    serde_json::from_slice(&bytes).expect("JSON claims")
+}
+
+/// One call of the Cognito user-pool API on the local stack (JSON 1.1
+/// protocol), signed when `signed` (the Admin* calls need IAM).
+pub async fn cognito(action: &str, body: &Value, signed: bool) -> Result<Value, Value> {
+    let url = format!("{}/", stack_endpoint());
+    let body = body.to_string();
+    let mut hs = vec![
+        ("content-type".to_owned(), "application/x-amz-json-1.1".to_owned()),
+        ("x-amz-target".to_owned(), format!("AWSCognitoIdentityProviderService.{action}")),
+    ];
+    if signed {
+        hs.extend(sigv4("POST", &url, &hs.clone(), body.as_bytes(), "cognito-idp"));
+    }
+    let mut req = reqwest::Client::new().post(&url).body(body);
+    for (k, v) in &hs {
+        req = req.header(k, v);
+    }
+    let resp = req.send().await.unwrap_or_else(|e| panic!("cognito {action}: {e}"));
+    let ok = resp.status().is_success();
+    let v: Value = serde_json::from_str(&resp.text().await.unwrap_or_default()).unwrap_or(Value::Null);
+    if ok {
+        Ok(v)
+    } else {
+        Err(v)
+    }
+}
+
+/// Creates (first time) and signs in buyer `name` in the local user pool.
+pub async fn sign_in(name: &str) -> Buyer {
+    let pool = stack_env("BUYER_USER_POOL_ID");
+    let client = stack_env("BUYER_USER_POOL_CLIENT_ID");
+    let created = cognito(
+        "AdminCreateUser",
+        &serde_json::json!({"UserPoolId": pool, "Username": name, "MessageAction": "SUPPRESS",
+            "UserAttributes": [{"Name": "email", "Value": format!("{name}@example.com")},
+                               {"Name": "email_verified", "Value": "true"}]}),
+        true,
+    )
+    .await;
+    match created {
+        Ok(_) => {
+            cognito(
+                "AdminSetUserPassword",
+                &serde_json::json!({"UserPoolId": pool, "Username": name, "Password": BUYER_PASSWORD, "Permanent": true}),
+                true,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("setting {name}'s password: {e}"));
+        }
+        // Made by another test process: same password.
+        Err(e) if e["__type"].as_str().unwrap_or("").contains("UsernameExists") => {}
+        Err(e) => panic!("creating buyer {name}: {e}"),
+    }
+    let auth = cognito(
+        "InitiateAuth",
+        &serde_json::json!({"ClientId": client, "AuthFlow": "USER_PASSWORD_AUTH",
+            "AuthParameters": {"USERNAME": name, "PASSWORD": BUYER_PASSWORD}}),
+        false,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("signing in {name}: {e}"));
+    let access_token = auth["AuthenticationResult"]["AccessToken"].as_str().expect("an access token").to_owned();
+    let claims = token_claims(&access_token);
+    let user_id = if name.starts_with("fault-") { name.to_owned() } else { claims["sub"].as_str().expect("sub").to_owned() };
+    Buyer { access_token, user_id }
 }
 
 /// A response: status and JSON body (Null when the body is not JSON).
@@ -153,7 +245,41 @@ impl Default for Api {
 
 impl Api {
     pub fn new() -> Self {
-        Self { base: stack_env("API_BASE_URL").trim_end_matches('/').to_owned(), http: reqwest::Client::new() }
+        Self {
+            base: stack_env("API_BASE_URL").trim_end_matches('/').to_owned(),
+            http: reqwest::Client::new(),
+            buyers: Default::default(),
+            owners: Default::default(),
+        }
+    }
+
+    /// Buyer `name`, signed in once per process.
+    pub async fn buyer(&self, name: &str) -> Buyer {
+        if let Some(b) = self.buyers.lock().unwrap().get(name) {
+            return b.clone();
+        }
+        let b = sign_in(name).await;
+        self.buyers.lock().unwrap().insert(name.to_owned(), b.clone());
+        b
+    }
+
+    /// The `user_id` buyer `name`'s orders and coupons carry.
+    pub async fn user_id(&self, name: &str) -> String {
+        self.buyer(name).await.user_id
+    }
+
+    /// The buyer name that created `order_id` through this client (a
+    /// stranger's name for an order it did not create).
+    pub fn owner(&self, order_id: &str) -> String {
+        self.owners.lock().unwrap().get(order_id).cloned().unwrap_or_else(|| "stranger".to_owned())
+    }
+
+    /// A request with buyer `name`'s bearer token.
+    pub async fn send_as(&self, name: &str, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>) -> Reply {
+        let auth = format!("Bearer {}", self.buyer(name).await.access_token);
+        let mut hs: Vec<(&str, &str)> = headers.to_vec();
+        hs.push(("Authorization", &auth));
+        self.send(method, path, &hs, body, false).await
     }
 
     pub async fn send(
@@ -185,11 +311,19 @@ impl Api {
         Reply { status, body: serde_json::from_str(&text).unwrap_or(Value::Null) }
     }
 
+    /// POST /orders as the buyer the body names in `user_id` (the API
+    /// ignores that field: the order is the token's).
     pub async fn create_order(&self, key: &str, body: &Value) -> Reply {
-        self.send("POST", "/orders", &[("Idempotency-Key", key)], Some(&body.to_string()), false).await
+        let name = body["user_id"].as_str().unwrap_or("anonymous-buyer").to_owned();
+        let r = self.send_as(&name, "POST", "/orders", &[("Idempotency-Key", key)], Some(&body.to_string())).await;
+        if let Some(id) = r.body["order_id"].as_str() {
+            self.owners.lock().unwrap().insert(id.to_owned(), name);
+        }
+        r
     }
+    /// GET /orders/{id} as the order's owner.
     pub async fn get_order(&self, id: &str) -> Reply {
-        self.send("GET", &format!("/orders/{id}"), &[], None, false).await
+        self.send_as(&self.owner(id), "GET", &format!("/orders/{id}"), &[], None).await
     }
     pub async fn admin_order(&self, id: &str) -> Reply {
         self.send("GET", &format!("/admin/orders/{id}"), &[], None, true).await
@@ -212,12 +346,15 @@ impl Api {
         assert_eq!(r.status, 200, "reading stock: {r:?}");
         r.body
     }
+    /// Issues coupon `id` to buyer `user` (a buyer name: the coupon is
+    /// issued to that buyer's user id).
     pub async fn put_coupon(&self, id: &str, user: &str, valid_until: &str) -> Reply {
+        let user_id = self.user_id(user).await;
         self.send(
             "PUT",
             &format!("/admin/coupons/{id}"),
             &[],
-            Some(&serde_json::json!({"user_id": user, "valid_until": valid_until}).to_string()),
+            Some(&serde_json::json!({"user_id": user_id, "valid_until": valid_until}).to_string()),
             true,
         )
         .await
@@ -230,17 +367,18 @@ impl Api {
         self.start_payment_with_key(order_id, &unique("pay-key")).await
     }
     pub async fn start_payment_with_key(&self, order_id: &str, key: &str) -> Reply {
-        self.send(
+        self.send_as(
+            &self.owner(order_id),
             "POST",
             &format!("/orders/{order_id}/payments"),
             &[("Idempotency-Key", key)],
             Some(r#"{"channel":"sandbox"}"#),
-            false,
         )
         .await
     }
+    /// The sandbox's settle route (IAM-signed, as its callers must).
     pub async fn settle(&self, payment_id: &str, body: &Value) -> Reply {
-        self.send("POST", &format!("/sandbox/payments/{payment_id}/settle"), &[], Some(&body.to_string()), false).await
+        self.send("POST", &format!("/sandbox/payments/{payment_id}/settle"), &[], Some(&body.to_string()), true).await
     }
     /// Waits until the order has `status`, returning its view.
     pub async fn wait_status(&self, id: &str, status: &str, timeout: Duration) -> Value {
@@ -430,9 +568,10 @@ pub async fn send_close_message(order_id: &str) {
         .expect("send close message");
 }
 
-/// The webhook secret of the local stack.
+/// The sandbox channel's webhook secret on the local stack (the tests'
+/// notifications are the sandbox channel's).
 pub fn webhook_secret() -> String {
-    std::env::var("WEBHOOK_SECRET").unwrap_or_else(|_| "local-webhook-secret".into())
+    std::env::var("SANDBOX_WEBHOOK_SECRET").unwrap_or_else(|_| "local-sandbox-webhook-secret".into())
 }
 
 /// Asserts that an EventBridge event (as a subscriber receives it) is one

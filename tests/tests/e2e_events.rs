@@ -131,8 +131,9 @@ async fn seeded(api: &Api, prefix: &str) -> String {
 async fn an_unpaid_order_publishes_placed_then_closed_to_the_example_subscriber() {
     let api = Api::new();
     let sku = seeded(&api, "ev-unpaid").await;
-    // infra/subscriber.yaml, deployed by the local run, takes buyers named subscriber-*.
-    let user = unique(&stack_env("SUBSCRIBER_USER_ID_PREFIX"));
+    // infra/subscriber.yaml, deployed by the local run, takes the events of
+    // one buyer, made by the local run too.
+    let user = stack_env("SUBSCRIBER_BUYER");
     let r = api.create_order(&unique("key"), &order_body(&user, &sku, 2, None)).await;
     assert_eq!(r.status, 201, "{r:?}");
     let id = r.body["order_id"].as_str().unwrap().to_owned();
@@ -142,7 +143,7 @@ async fn an_unpaid_order_publishes_placed_then_closed_to_the_example_subscriber(
     assert_eq!(types(&events), ["OrderPlaced", "OrderClosed"], "{events:#?}");
     versions_increase(&events);
     let placed = &events[0]["detail"];
-    assert_eq!((placed["version"].clone(), placed["user_id"].clone()), (json!(1), json!(user)));
+    assert_eq!((placed["version"].clone(), placed["user_id"].clone()), (json!(1), json!(api.user_id(&user).await)));
     assert_eq!(placed["expire_at"], r.body["expire_at"]);
     let closed = &events[1]["detail"];
     assert_eq!(closed["items"][0]["qty"], 2);
@@ -159,7 +160,7 @@ async fn a_paid_order_publishes_placed_then_paid_and_no_close() {
     let api = Api::new();
     let sku = seeded(&api, "ev-paid").await;
     let user = unique("ev-paid-user");
-    let mut sub = Subscriber::for_user(&user).await;
+    let mut sub = Subscriber::for_user(&api.user_id(&user).await).await;
     let r = api.create_order(&unique("key"), &order_body(&user, &sku, 1, None)).await;
     let id = r.body["order_id"].as_str().unwrap().to_owned();
     let pay = api.start_payment(&id).await;
@@ -183,7 +184,7 @@ async fn a_late_payment_publishes_closed_then_refund_requested_then_completed() 
     let api = Api::new();
     let sku = seeded(&api, "ev-late").await;
     let user = unique("ev-late-user");
-    let mut sub = Subscriber::for_user(&user).await;
+    let mut sub = Subscriber::for_user(&api.user_id(&user).await).await;
     let r = api.create_order(&unique("key"), &order_body(&user, &sku, 1, None)).await;
     let id = r.body["order_id"].as_str().unwrap().to_owned();
     let pay = api.start_payment(&id).await;
@@ -212,7 +213,7 @@ async fn a_relay_retry_loses_no_event_and_duplicates_no_effect() {
     // The relay's first publish of every event of this buyer's orders fails
     // (fault switch, dev stage only); its retry must deliver each.
     let user = unique("fault-relay-u");
-    let mut sub = Subscriber::for_user(&user).await;
+    let mut sub = Subscriber::for_user(&api.user_id(&user).await).await;
     let r = api.create_order(&unique("key"), &order_body(&user, &sku, 2, None)).await;
     let id = r.body["order_id"].as_str().unwrap().to_owned();
     let got = sub.wait_for(&id, &["OrderPlaced", "OrderClosed"], settle_timeout()).await;

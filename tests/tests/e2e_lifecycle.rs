@@ -164,7 +164,7 @@ async fn bad_requests_get_their_4xx_and_write_nothing() {
     let body = order_body("dave", &sku, 1, None);
 
     // No Idempotency-Key.
-    let r = api.send("POST", "/orders", &[], Some(&body.to_string()), false).await;
+    let r = api.send_as("dave", "POST", "/orders", &[], Some(&body.to_string())).await;
     assert_eq!((r.status, r.error_code()), (400, "invalid_request"), "{r:?}");
     assert!(r.body["error"]["message"].as_str().unwrap().contains("Idempotency-Key"));
 
@@ -181,7 +181,7 @@ async fn bad_requests_get_their_4xx_and_write_nothing() {
         ),
     ] {
         let key = unique("bad");
-        let r = api.send("POST", "/orders", &[("Idempotency-Key", &key)], Some(bad), false).await;
+        let r = api.send_as("dave", "POST", "/orders", &[("Idempotency-Key", &key)], Some(bad)).await;
         assert_eq!((r.status, r.error_code()), (400, "invalid_request"), "{bad}: {r:?}");
         assert!(r.body["error"]["message"].as_str().unwrap().contains(names), "{bad}: {r:?}");
     }

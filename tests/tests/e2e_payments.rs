@@ -324,7 +324,13 @@ async fn payment_entry_is_refused_after_expiry_and_on_final_orders() {
     let p = order_with_payment("entry", None, "slow").await;
     let bad = p
         .api
-        .send("POST", &format!("/orders/{}/payments", p.order_id), &[], Some(r#"{"channel":"carrier-pigeon"}"#), false)
+        .send_as(
+            &p.api.owner(&p.order_id),
+            "POST",
+            &format!("/orders/{}/payments", p.order_id),
+            &[],
+            Some(r#"{"channel":"carrier-pigeon"}"#),
+        )
         .await;
     assert_eq!((bad.status, bad.error_code()), (400, "invalid_request"));
     assert_eq!(p.api.start_payment("ord_missing").await.status, 404);

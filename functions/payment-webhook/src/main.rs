@@ -1,6 +1,6 @@
 //! POST /payments/{channel}/notify: signed payment notifications.
 use lambda_http::{service_fn, Error};
-use order_core::aws::{dynamo::DynamoStore, env, sdk_config, webhook_secret};
+use order_core::aws::{dynamo::DynamoStore, env, sdk_config, webhook_secrets};
 use order_core::handlers::http::{payment_webhook, Webhook};
 use order_core::ports::SystemClock;
 
@@ -11,7 +11,7 @@ async fn main() -> Result<(), Error> {
     let app = Webhook {
         store: DynamoStore::from_env(aws_sdk_dynamodb::Client::new(&config))?,
         clock: Box::new(SystemClock),
-        secret: webhook_secret(&config).await?,
+        secrets: webhook_secrets(&config).await?,
         merchant_id: env("MERCHANT_ID")?,
     };
     let app = &app;

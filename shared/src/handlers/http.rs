@@ -127,7 +127,8 @@ pub async fn order_api(app: &OrderApi, req: Request) -> Response<Body> {
 pub struct Webhook {
     pub store: DynamoStore,
     pub clock: Box<dyn Clock>,
-    pub secret: Vec<u8>,
+    /// Each channel's own signing secret.
+    pub secrets: std::collections::HashMap<String, Vec<u8>>,
     pub merchant_id: String,
 }
 
@@ -138,12 +139,15 @@ pub async fn payment_webhook(app: &Webhook, req: Request) -> Response<Body> {
     }
     let body = body_bytes(&req);
     let now = app.clock.now().unix_seconds();
-    if let Err(e) = signature::verify(&app.secret, header(&req, "x-signature"), body, now) {
-        warn!(reason = %e, "webhook signature rejected");
+    let channel = path_param(&req, "channel");
+    let Some(secret) = app.secrets.get(&channel) else {
+        return error_response(&ApiError::not_found(format!("payment channel {channel:?}")));
+    };
+    if let Err(e) = signature::verify(secret, header(&req, "x-signature"), body, now) {
+        warn!(reason = %e, channel, "webhook signature rejected");
         metrics::count("WebhookBadSignature", 1);
         return error_response(&ApiError::unauthorized("bad_signature", e.to_string()));
     }
-    let channel = path_param(&req, "channel");
     respond(
         payments::handle_notification(&app.store, app.clock.as_ref(), &app.merchant_id, &channel, body)
             .await

@@ -1,0 +1,71 @@
+"""Buyer accounts on the local stack's Cognito user pool, for scripts.
+
+The API takes the buyer from a verified access token (issue 8): a script
+that acts for a buyer signs one up (admin-created, confirmed, fixed dev
+password), signs in with USER_PASSWORD_AUTH (enabled on the app client only
+when Stage is dev) and sends `Authorization: Bearer <access token>`.
+
+    from buyers import Buyers
+    b = Buyers()                     # reads BUYER_USER_POOL_ID / _CLIENT_ID from the env
+    token, user_id = b.sign_in("alice")
+
+`user_id` is what the orders of that buyer carry: the token's subject.
+Run with .local/stack.env exported (AWS_ENDPOINT_URL, credentials, ids).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+
+import boto3
+
+# Dev only: the local pool's buyers are test accounts. Meets the pool's
+# password policy (12+, upper, lower, digit).
+DEV_PASSWORD = os.environ.get("LOCAL_BUYER_PASSWORD", "Local-buyer-Pa55word")
+
+
+def token_claims(token: str) -> dict:
+    payload = token.split(".")[1]
+    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+
+
+class Buyers:
+    def __init__(self, pool_id: str | None = None, client_id: str | None = None):
+        self.pool_id = pool_id or os.environ["BUYER_USER_POOL_ID"]
+        self.client_id = client_id or os.environ["BUYER_USER_POOL_CLIENT_ID"]
+        self.idp = boto3.client("cognito-idp")
+        self._cache: dict[str, tuple[str, str]] = {}
+
+    def sign_in(self, name: str) -> tuple[str, str]:
+        """(access token, user id) of buyer `name`, created on first use."""
+        if name in self._cache:
+            return self._cache[name]
+        try:
+            self.idp.admin_create_user(
+                UserPoolId=self.pool_id, Username=name, MessageAction="SUPPRESS",
+                UserAttributes=[{"Name": "email", "Value": f"{name}@example.com"},
+                                {"Name": "email_verified", "Value": "true"}],
+            )
+            self.idp.admin_set_user_password(
+                UserPoolId=self.pool_id, Username=name, Password=DEV_PASSWORD, Permanent=True)
+        except self.idp.exceptions.UsernameExistsException:
+            pass  # made by an earlier run: same password
+        out = self.idp.initiate_auth(
+            ClientId=self.client_id, AuthFlow="USER_PASSWORD_AUTH",
+            AuthParameters={"USERNAME": name, "PASSWORD": DEV_PASSWORD})
+        token = out["AuthenticationResult"]["AccessToken"]
+        user_id = token_claims(token)["sub"]
+        self._cache[name] = (token, user_id)
+        return token, user_id
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 2 or sys.argv[1] in ("-h", "--help"):
+        print("usage: .venv/bin/python infra/buyers.py NAME   (with .local/stack.env exported)\n"
+              "prints NAME's access token and user id (creating the buyer on first use)")
+        sys.exit(0 if len(sys.argv) == 2 else 2)
+    tok, uid = Buyers().sign_in(sys.argv[1])
+    print(f"ACCESS_TOKEN={tok}\nUSER_ID={uid}")
