@@ -11,8 +11,8 @@ use order_core::domain::UserId;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
 use std::sync::OnceLock;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub const REGION: &str = "us-east-1";
@@ -154,7 +154,8 @@ pub const BUYER_PASSWORD: &str = "Local-buyer-Pa55word";
 pub fn token_claims(token: &str) -> Value {
     use base64::Engine;
     let payload = token.split('.').nth(1).expect("a JWT has three parts");
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).expect("base64url");
+    let bytes =
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).expect("base64url");
     serde_json::from_slice(&bytes).expect("JSON claims")
 }
 
@@ -220,7 +221,8 @@ pub async fn sign_in(name: &str) -> Buyer {
     .unwrap_or_else(|e| panic!("signing in {name}: {e}"));
     let access_token = auth["AuthenticationResult"]["AccessToken"].as_str().expect("an access token").to_owned();
     let claims = token_claims(&access_token);
-    let user_id = if name.starts_with("fault-") { name.to_owned() } else { claims["sub"].as_str().expect("sub").to_owned() };
+    let user_id =
+        if name.starts_with("fault-") { name.to_owned() } else { claims["sub"].as_str().expect("sub").to_owned() };
     Buyer { access_token, user_id }
 }
 
@@ -275,7 +277,14 @@ impl Api {
     }
 
     /// A request with buyer `name`'s bearer token.
-    pub async fn send_as(&self, name: &str, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>) -> Reply {
+    pub async fn send_as(
+        &self,
+        name: &str,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+    ) -> Reply {
         let auth = format!("Bearer {}", self.buyer(name).await.access_token);
         let mut hs: Vec<(&str, &str)> = headers.to_vec();
         hs.push(("Authorization", &auth));

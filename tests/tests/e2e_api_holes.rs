@@ -22,8 +22,9 @@ async fn a_payment_replayed_with_its_key_answers_the_same_attempt_and_a_missing_
     assert_eq!(first.body["payment_id"], again.body["payment_id"]);
     let admin = api.admin_order(&id).await.body;
     assert_eq!(admin["payment_attempts"], 1, "{admin}");
-    let missing =
-        api.send_as(&api.owner(&id), "POST", &format!("/orders/{id}/payments"), &[], Some(r#"{"channel":"sandbox"}"#)).await;
+    let missing = api
+        .send_as(&api.owner(&id), "POST", &format!("/orders/{id}/payments"), &[], Some(r#"{"channel":"sandbox"}"#))
+        .await;
     assert_eq!((missing.status, missing.error_code()), (400, "invalid_request"), "{missing:?}");
     assert!(missing.body["error"]["message"].as_str().unwrap().contains("Idempotency-Key"));
 }
