@@ -5,6 +5,8 @@ stock and the coupon returned. Reads .local/stack.env from the environment.
 
 Admin routes are AWS_IAM-authorised, so those calls are SigV4-signed (the
 emulator accepts any credentials, but like AWS it rejects unsigned calls).
+Buyer routes take a buyer's access token: the demo's buyers are users of the
+stack's Cognito pool (infra/buyers.py), and their orders are theirs.
 """
 import json
 import os
@@ -19,6 +21,9 @@ import botocore.auth
 import botocore.awsrequest
 import botocore.credentials
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from buyers import Buyers  # noqa: E402
+
 BASE = os.environ["API_BASE_URL"].rstrip("/")
 REGION = os.environ.get("AWS_REGION", "us-east-1")
 CREDS = botocore.credentials.Credentials(
@@ -32,10 +37,16 @@ def say(msg):
     print(f"{CYAN}[demo]{RESET} {msg}", flush=True)
 
 
-def call(method, path, body=None, headers=None, signed=False):
+BUYERS = None
+OWNERS = {}  # order id -> buyer name
+
+
+def call(method, path, body=None, headers=None, signed=False, buyer=None):
     url = BASE + path
     data = json.dumps(body).encode() if body is not None else None
     hs = {"content-type": "application/json", **(headers or {})}
+    if buyer:
+        hs["Authorization"] = "Bearer " + BUYERS.sign_in(buyer)[0]
     if signed:
         req = botocore.awsrequest.AWSRequest(method=method, url=url, data=data, headers=hs)
         botocore.auth.SigV4Auth(CREDS, "execute-api", REGION).add_auth(req)
@@ -60,25 +71,29 @@ def parse(ts):
 
 
 def main():
+    global BUYERS
+    BUYERS = Buyers()
     run = uuid.uuid4().hex[:6]
     sku, coupon = f"DEMO-MUG-{run}", f"DEMO-WELCOME-{run}"
     window = os.environ.get("PAYMENT_WINDOW_SECONDS", "?")
     say(f"API base URL {BASE}; payment window {window}s")
     stock = must(call("PUT", f"/admin/skus/{sku}", {"available": 5}, signed=True), 200)
     say(f"seeded stock {sku}: {stock}")
-    must(call("PUT", f"/admin/coupons/{coupon}", {"user_id": "alice", "valid_until": "2099-01-01T00:00:00Z"}, signed=True), 200)
+    alice_id = BUYERS.sign_in("alice")[1]
+    must(call("PUT", f"/admin/coupons/{coupon}", {"user_id": alice_id, "valid_until": "2099-01-01T00:00:00Z"}, signed=True), 200)
     say(f"seeded coupon {coupon} for alice")
 
     orders = []
     for user, qty, cpn in [("alice", 2, coupon), ("bob", 1, None), ("carol", 2, None)]:
-        body = {"user_id": user, "currency": "EUR", "items": [{"sku": sku, "qty": qty, "unit_price": 1299}]}
+        body = {"currency": "EUR", "items": [{"sku": sku, "qty": qty, "unit_price": 1299}]}
         if cpn:
             body["coupon_id"] = cpn
-        o = must(call("POST", "/orders", body, {"Idempotency-Key": f"demo-{run}-{user}"}), 201)
+        o = must(call("POST", "/orders", body, {"Idempotency-Key": f"demo-{run}-{user}"}, buyer=user), 201)
         orders.append(o)
+        OWNERS[o["order_id"]] = user
         say(f"created {o['order_id']} for {user}: {qty} x {sku}, {o['amount_total']} {o['currency']}, expires {o['expire_at']}")
-    over = call("POST", "/orders", {"user_id": "dave", "currency": "EUR", "items": [{"sku": sku, "qty": 1, "unit_price": 1299}]},
-                {"Idempotency-Key": f"demo-{run}-dave"})
+    over = call("POST", "/orders", {"currency": "EUR", "items": [{"sku": sku, "qty": 1, "unit_price": 1299}]},
+                {"Idempotency-Key": f"demo-{run}-dave"}, buyer="dave")
     say(f"a sixth unit is refused: HTTP {over[0]} {over[1]['error']['code']}")
     say(f"stock now {must(call('GET', f'/admin/skus/{sku}', signed=True), 200)}; coupon "
         f"{must(call('GET', f'/admin/coupons/{coupon}', signed=True), 200)['state']}")
@@ -88,7 +103,7 @@ def main():
     pending = {o["order_id"] for o in orders}
     while pending and time.time() < deadline:
         for oid in sorted(pending):
-            view = must(call("GET", f"/orders/{oid}"), 200)
+            view = must(call("GET", f"/orders/{oid}", buyer=OWNERS[oid]), 200)
             if view["status"] == "CLOSED":
                 pending.discard(oid)
                 hist = must(call("GET", f"/admin/orders/{oid}", signed=True), 200)["history"]
@@ -110,13 +125,14 @@ def main():
         sys.exit("[demo] stock or coupon not released in time")
     say(f"stock restored: {s}; coupon {coupon}: {c['state']} ({c.get('reason', '')})")
     for o in orders:
-        v = must(call("GET", f"/orders/{o['order_id']}"), 200)
+        v = must(call("GET", f"/orders/{o['order_id']}", buyer=OWNERS[o["order_id"]]), 200)
         items = ", ".join(f"{i['sku']} x{i['qty']} {i['reservation']}" for i in v["items"])
         say(f"{v['order_id']}: {v['status']}; {items}{'; coupon ' + v['coupon']['state'] if 'coupon' in v else ''}")
     say("done. The stack keeps running: try the API yourself, e.g.")
-    print(f"  curl -s {BASE}/orders/{orders[0]['order_id']}")
-    print(f"  curl -s -X POST {BASE}/orders -H 'Idempotency-Key: my-key-1' -H 'content-type: application/json' \\")
-    print(f"       -d '{{\"user_id\":\"me\",\"currency\":\"EUR\",\"items\":[{{\"sku\":\"{sku}\",\"qty\":1,\"unit_price\":1299}}]}}'")
+    print("  eval \"$(.venv/bin/python infra/buyers.py alice)\"   # ACCESS_TOKEN and USER_ID of buyer alice")
+    print(f"  curl -s -H \"Authorization: Bearer $ACCESS_TOKEN\" {BASE}/orders/{orders[0]['order_id']}")
+    print(f"  curl -s -X POST {BASE}/orders -H \"Authorization: Bearer $ACCESS_TOKEN\" -H 'Idempotency-Key: my-key-1' \\")
+    print(f"       -H 'content-type: application/json' -d '{{\"currency\":\"EUR\",\"items\":[{{\"sku\":\"{sku}\",\"qty\":1}}]}}'")
     print("  infra/local.sh down    # stop it")
 
 

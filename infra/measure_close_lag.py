@@ -26,6 +26,9 @@ from datetime import datetime
 import boto3
 import boto3.dynamodb.conditions
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from buyers import Buyers  # noqa: E402
+
 
 def load_env(path: str) -> None:
     for line in open(path):
@@ -55,12 +58,14 @@ def main() -> int:
     sku = f"lag-{uuid.uuid4().hex[:8]}"
     table.put_item(Item={"pk": f"SKU#{sku}", "sk": "STOCK", "entity": "STOCK", "sku": sku,
                          "available": args.orders, "reserved": 0, "sold": 0})
+    token = Buyers().sign_in("lag-user")[0]
     ids = []
     for i in range(args.orders):
         body = json.dumps({"user_id": "lag-user", "currency": "EUR",
                            "items": [{"sku": sku, "qty": 1, "unit_price": 100}]}).encode()
         req = urllib.request.Request(f"{base}/orders", data=body, method="POST",
                                      headers={"content-type": "application/json",
+                                              "Authorization": f"Bearer {token}",
                                               "Idempotency-Key": uuid.uuid4().hex})
         with urllib.request.urlopen(req) as r:
             ids.append(json.load(r)["order_id"])
