@@ -13,6 +13,7 @@ use order_core::error::ApiError;
 use order_core::ports::*;
 use order_core::store::*;
 use order_core::usecases::create_order::CreateOrder;
+use order_core::usecases::order_reads::{get_order, Reader};
 use order_core::usecases::payments::{handle_notification, PaymentStarted, StartPayment};
 use order_core::usecases::queries;
 use order_core::usecases::release_order::{release_order, settle_order};
@@ -496,4 +497,33 @@ async fn a_late_success_resent_keeps_one_refund_one_evidence_and_an_expiring_ded
     assert_eq!(after.refunds.len(), 1);
     assert_eq!(after.payments[0].evidence.len(), 1);
     assert_eq!(notify_count(&w).await, 1);
+}
+
+#[tokio::test]
+async fn another_buyer_paying_or_reading_an_order_gets_404_and_nothing_is_written_or_asked() {
+    let w = World::new().await;
+    let o = w.order(None).await.unwrap();
+    let before = (w.item_count().await, w.record(&o).await.order.version);
+    let stranger = UserId::parse("u-stranger").unwrap();
+
+    let paid = w.payments().execute(&stranger, o.order_id.as_str(), Some("k-x"), br#"{"channel":"sandbox"}"#).await;
+    match paid {
+        Err(ApiError::Refused { code: "not_found", .. }) => {}
+        other => panic!("expected 404, got {other:?}"),
+    }
+    // An overdue order: the owner's read would nudge the closer; a stranger's must not.
+    w.clock.set(T0 + WINDOW_MS + 1_000);
+    let reminders = system_tests::fakes::RecordedReminders::default();
+    let read = get_order(&w.store, &reminders, &w.clock, o.order_id.as_str(), &Reader::Buyer(stranger)).await;
+    match read {
+        Err(ApiError::Refused { code: "not_found", .. }) => {}
+        other => panic!("expected 404, got {other:?}"),
+    }
+    assert_eq!((w.item_count().await, w.record(&o).await.order.version), before, "nothing written");
+    assert!(w.channel.opened.lock().unwrap().is_empty(), "the channel was never asked to open a payment");
+    assert!(reminders.0.lock().unwrap().is_empty(), "no close reminder for a stranger's read");
+    // The owner's read of the same overdue order is served (and nudges).
+    let own = get_order(&w.store, &reminders, &w.clock, o.order_id.as_str(), &Reader::Buyer(o.user_id.clone())).await;
+    assert_eq!(own.unwrap()["expired_awaiting_close"], true);
+    assert_eq!(reminders.0.lock().unwrap().len(), 1);
 }
