@@ -32,6 +32,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from cfnlint.decode import cfn_yaml
 
+TEMPLATE_BODY_MAX_BYTES = 51_200
 TERMINAL_OK = {"CREATE_COMPLETE", "UPDATE_COMPLETE"}
 TERMINAL_BAD = {
     "CREATE_FAILED", "ROLLBACK_COMPLETE", "ROLLBACK_FAILED", "DELETE_COMPLETE",
@@ -142,16 +143,15 @@ def main() -> int:
         params.append({"ParameterKey": k, "ParameterValue": v})
     body = json.dumps(template, separators=(",", ":"))
     caps = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
-    # CloudFormation takes at most 51,200 bytes inline; larger templates go
-    # through the artifact bucket, as `sam deploy` does.
-    source = {"TemplateBody": body}
-    if len(body) > 51_200:
+    # CloudFormation takes at most 51,200 bytes inline; a larger template goes
+    # through the artifact bucket (up to 1 MB), as `sam deploy` does it.
+    template_arg = {"TemplateBody": body}
+    if len(body.encode()) > TEMPLATE_BODY_MAX_BYTES:
         bucket = args.bucket or f"{args.stack_name}-artifacts"
-        key = f"templates/{hashlib.sha256(body.encode()).hexdigest()[:16]}.json"
+        key = f"templates/{hashlib.sha256(body.encode()).hexdigest()[:20]}.json"
         s3.put_object(Bucket=bucket, Key=key, Body=body.encode())
-        endpoint = s3.meta.endpoint_url.rstrip("/")
-        source = {"TemplateURL": f"{endpoint}/{bucket}/{key}"}
-        log(f"template is {len(body)} bytes: uploaded to s3://{bucket}/{key}")
+        template_arg = {"TemplateURL": f"{s3.meta.endpoint_url.rstrip('/')}/{bucket}/{key}"}
+        log(f"template is {len(body) / 1e3:.0f} kB: passed as s3://{bucket}/{key}")
 
     t1 = time.time()
     try:
@@ -171,14 +171,14 @@ def main() -> int:
     if existing:
         log(f"updating stack {args.stack_name}")
         try:
-            cfn.update_stack(StackName=args.stack_name, Parameters=params, Capabilities=caps, **source)
+            cfn.update_stack(StackName=args.stack_name, Parameters=params, Capabilities=caps, **template_arg)
         except ClientError as e:
             if "No updates are to be performed" not in str(e):
                 raise
             log("no changes")
     else:
         log(f"creating stack {args.stack_name}")
-        cfn.create_stack(StackName=args.stack_name, Parameters=params, Capabilities=caps, **source)
+        cfn.create_stack(StackName=args.stack_name, Parameters=params, Capabilities=caps, **template_arg)
     status = wait(cfn, args.stack_name, t1, args.timeout)
     log(f"{args.stack_name}: {status} in {time.time() - t1:.1f}s")
     if status not in TERMINAL_OK:

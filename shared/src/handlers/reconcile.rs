@@ -39,5 +39,10 @@ pub async fn run_reconcile(
     } else {
         warn!(count = report.discrepancies.len(), counts = ?report.counts, "reconciliation found discrepancies");
     }
+    // One point per completed run: its absence (alarm ReconcileNotRunAlarm,
+    // missing data breaching) is how a schedule that stopped firing, or runs
+    // that keep failing, become visible. A failed run returns above and
+    // emits nothing.
+    metrics::count("ReconcileCompleted", 1);
     Ok(serde_json::to_value(&report)?)
 }
