@@ -639,3 +639,24 @@ pub fn body_buyer(body: &[u8]) -> UserId {
     let v: Value = serde_json::from_slice(body).expect("a JSON body");
     UserId::parse(v["user_id"].as_str().expect("the body names user_id")).expect("a valid user id")
 }
+
+/// Runs one check of a template-checking script under `infra/` with the
+/// repo's `.venv` Python (`infra/<script> <check>`), failing the test with
+/// the script's findings when it exits non-zero. No stack is needed.
+pub fn template_check(script: &str, check: &str) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = root.join(".venv/bin/python");
+    let out = std::process::Command::new(&python)
+        .arg(root.join("infra").join(script))
+        .arg(check)
+        .current_dir(&root)
+        .output()
+        .unwrap_or_else(|e| panic!("running {} (infra/tools.sh creates it): {e}", python.display()));
+    assert!(
+        out.status.success(),
+        "infra/{script} {check} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -6,24 +6,10 @@
 //! checks live in Python because they read the template with the same
 //! loader the deploy uses; no stack is needed.
 
-use std::path::Path;
-use std::process::Command;
+use system_tests::template_check;
 
 fn check(name: &str) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new(root.join(".venv/bin/python"))
-        .arg("infra/check_alarms.py")
-        .arg(name)
-        .current_dir(&root)
-        .output()
-        .unwrap_or_else(|e| panic!("running .venv/bin/python infra/check_alarms.py (run infra/tools.sh first): {e}"));
-    assert!(
-        out.status.success(),
-        "infra/check_alarms.py {name} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    template_check("check_alarms.py", name);
 }
 
 #[test]
