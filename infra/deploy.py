@@ -140,8 +140,19 @@ def main() -> int:
     for kv in args.param:
         k, _, v = kv.partition("=")
         params.append({"ParameterKey": k, "ParameterValue": v})
-    body = json.dumps(template)
+    body = json.dumps(template, separators=(",", ":"))
     caps = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
+    # CloudFormation takes at most 51,200 bytes inline; a larger template goes
+    # through the artifact bucket, as `sam deploy` does.
+    bucket = args.bucket or f"{args.stack_name}-artifacts"
+    if len(body) > 51200:
+        key = f"templates/{hashlib.sha256(body.encode()).hexdigest()[:20]}.json"
+        s3.put_object(Bucket=bucket, Key=key, Body=body.encode())
+        url = f"{s3.meta.endpoint_url}/{bucket}/{key}"
+        source = {"TemplateURL": url}
+        log(f"template ({len(body)} bytes) -> {url}")
+    else:
+        source = {"TemplateBody": body}
 
     t1 = time.time()
     try:
@@ -161,14 +172,14 @@ def main() -> int:
     if existing:
         log(f"updating stack {args.stack_name}")
         try:
-            cfn.update_stack(StackName=args.stack_name, TemplateBody=body, Parameters=params, Capabilities=caps)
+            cfn.update_stack(StackName=args.stack_name, **source, Parameters=params, Capabilities=caps)
         except ClientError as e:
             if "No updates are to be performed" not in str(e):
                 raise
             log("no changes")
     else:
         log(f"creating stack {args.stack_name}")
-        cfn.create_stack(StackName=args.stack_name, TemplateBody=body, Parameters=params, Capabilities=caps)
+        cfn.create_stack(StackName=args.stack_name, **source, Parameters=params, Capabilities=caps)
     status = wait(cfn, args.stack_name, t1, args.timeout)
     log(f"{args.stack_name}: {status} in {time.time() - t1:.1f}s")
     if status not in TERMINAL_OK:

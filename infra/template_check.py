@@ -367,7 +367,9 @@ def check_mappings() -> list[str]:
             for action, res in sorted(want - lam):
                 problems.append(f"[{stage}] {mid}: iam-actions.yaml does not list {action} on {res} under {fn}.lambda")
             seen.setdefault(fn, set()).update(r for _, r in want)
-            if kind == "SQS":
+            # Capped on AWS; the local stack (LocalApiId set) runs uncapped,
+            # as ministack stops polling on a parameter-valued cap.
+            if kind == "SQS" and not params.get("LocalApiId"):
                 cap = p.get("ScalingConfig", {}).get("MaximumConcurrency")
                 if cap is None:
                     problems.append(f"[{stage}] {mid}: an SQS mapping without ScalingConfig.MaximumConcurrency")
