@@ -153,6 +153,9 @@ start_ministack() {
   (
     aws_env
     export GATEWAY_PORT BIND_HOST=127.0.0.1 MINISTACK_HOST=127.0.0.1 MINISTACK_REGION="$REGION" TMPDIR="$STATE/tmp"
+    # ministack reads LOG_LEVEL as its own Python logging level; ours is the
+    # functions' RUST_LOG filter (passed as the LogLevel parameter).
+    unset LOG_LEVEL
     exec setsid "$ROOT/.venv/bin/python" -m ministack >"$STATE/ministack.log" 2>&1 </dev/null
   ) &
   echo $! >"$STATE/ministack.pid"

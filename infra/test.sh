@@ -8,7 +8,9 @@ Usage: infra/test.sh [--help]
 
   1. infra/tools.sh                  .venv + DynamoDB Local under .tools/
   2. infra/local.sh build            cargo build --workspace --bins (debug)
-  3. cfn-lint template.yaml, cargo fmt --check (when rustfmt is installed)
+  3. cfn-lint template.yaml, checkov (template.yaml and its dev/prod
+     translations; skips in .checkov.yaml), cargo fmt --check (when rustfmt
+     is installed)
   4. DynamoDB Local on 127.0.0.1:8000 (in-memory)
   5. infra/local.sh up               ministack + the stack (short payment window)
   6. cargo nextest run --workspace --no-fail-fast with .local/stack.env exported,
@@ -62,6 +64,19 @@ infra/local.sh build
 step "cfn-lint template.yaml infra/subscriber.yaml"
 .venv/bin/cfn-lint template.yaml infra/subscriber.yaml
 say "cfn-lint: clean"
+
+step "checkov (skips and their reasons: .checkov.yaml)"
+# The translated templates too: the roles, mappings and queues SAM generates
+# exist only there.
+mkdir -p target
+.venv/bin/python infra/template_check.py translate dev target/template-dev.json
+.venv/bin/python infra/template_check.py translate prod target/template-prod.json
+# checkov reads LOG_LEVEL as its own (a Python logging level); ours is the
+# functions' RUST_LOG filter.
+LOG_LEVEL=WARNING .venv-checkov/bin/checkov --config-file .checkov.yaml \
+  -f template.yaml -f infra/subscriber.yaml -f target/template-dev.json -f target/template-prod.json \
+  || die "checkov found issues (fix them, or skip the check in .checkov.yaml with the reason)"
+say "checkov: clean"
 
 if cargo fmt --version >/dev/null 2>&1; then
   step "cargo fmt --check"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the project's tooling under the repo (nothing global):
 #   .venv/                  Python venv from infra/requirements.txt (pinned)
+#   .venv-checkov/          checkov, from infra/requirements-checkov.txt (pinned)
 #   .tools/dynamodb-local/  DynamoDB Local (AWS's engine) from the npm package
 #                           amplify-dynamodb-simulator, unpacked
 # Idempotent: a stamp file records what is installed; a second run is a no-op.
@@ -11,8 +12,9 @@ usage() {
 Usage: infra/tools.sh [--help]
 
 Creates/updates .venv (ministack, aws-sam-translator, boto3, cfn-lint,
-cargo-lambda; pinned in infra/requirements.txt) and unpacks DynamoDB Local
-into .tools/dynamodb-local/. Safe to run repeatedly.
+cargo-lambda; pinned in infra/requirements.txt) and .venv-checkov (checkov,
+pinned in infra/requirements-checkov.txt), and unpacks DynamoDB Local into
+.tools/dynamodb-local/. Safe to run repeatedly.
 
 Env: PYTHON (default python3), DDB_SIMULATOR_VERSION (default 2.9.30)
 Needs: python3 (>= 3.10) with venv, npm, java (for DynamoDB Local), cargo.
@@ -45,6 +47,23 @@ else
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$REQ"
   echo "$want" > "$stamp"
   say ".venv ready in $((SECONDS - t0))s"
+fi
+
+# ---- checkov --------------------------------------------------------------
+# A venv of its own: checkov pins boto3 to a version that conflicts with the
+# boto3 pin of infra/requirements.txt.
+REQ_CK="infra/requirements-checkov.txt"
+want="$(sha256sum "$REQ_CK" | cut -c1-16)"
+stamp=".venv-checkov/.tools-stamp"
+if [[ -x .venv-checkov/bin/checkov && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+  say ".venv-checkov up to date"
+else
+  t0=$SECONDS
+  [[ -x .venv-checkov/bin/python ]] || { say "creating .venv-checkov"; "$PYTHON" -m venv .venv-checkov; }
+  say "installing checkov into .venv-checkov"
+  .venv-checkov/bin/python -m pip install --quiet --disable-pip-version-check -r "$REQ_CK"
+  echo "$want" > "$stamp"
+  say ".venv-checkov ready in $((SECONDS - t0))s"
 fi
 
 # ---- DynamoDB Local ----------------------------------------------------------
