@@ -5,25 +5,10 @@
 //! dev and prod parameter sets, against the per-function list of calls in
 //! `infra/iam-actions.yaml`). Needs `.venv` (infra/tools.sh).
 
-use std::path::PathBuf;
-use std::process::Command;
+use system_tests::template_check;
 
 fn run_check(check: &str) {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let python = root.join(".venv/bin/python");
-    let out = Command::new(&python)
-        .arg(root.join("infra/template_check.py"))
-        .arg(check)
-        .current_dir(&root)
-        .output()
-        .unwrap_or_else(|e| panic!("running {} (infra/tools.sh creates it): {e}", python.display()));
-    assert!(
-        out.status.success(),
-        "template_check.py {check} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    template_check("template_check.py", check);
 }
 
 #[test]
