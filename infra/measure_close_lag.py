@@ -54,7 +54,7 @@ def main() -> int:
     table = boto3.resource("dynamodb").Table(os.environ["TABLE_NAME"])
     sku = f"lag-{uuid.uuid4().hex[:8]}"
     table.put_item(Item={"pk": f"SKU#{sku}", "sk": "STOCK", "entity": "STOCK", "sku": sku,
-                         "available": args.orders, "reserved": 0, "sold": 0})
+                         "available": args.orders, "reserved": 0, "sold": 0, "price": 100, "currency": "EUR"})
     ids = []
     for i in range(args.orders):
         body = json.dumps({"user_id": "lag-user", "currency": "EUR",
