@@ -77,7 +77,7 @@ def main():
     sku, coupon = f"DEMO-MUG-{run}", f"DEMO-WELCOME-{run}"
     window = os.environ.get("PAYMENT_WINDOW_SECONDS", "?")
     say(f"API base URL {BASE}; payment window {window}s")
-    stock = must(call("PUT", f"/admin/skus/{sku}", {"available": 5}, signed=True), 200)
+    stock = must(call("PUT", f"/admin/skus/{sku}", {"available": 5, "price": 1299, "currency": "EUR"}, signed=True), 200)
     say(f"seeded stock {sku}: {stock}")
     alice_id = BUYERS.sign_in("alice")[1]
     must(call("PUT", f"/admin/coupons/{coupon}", {"user_id": alice_id, "valid_until": "2099-01-01T00:00:00Z"}, signed=True), 200)

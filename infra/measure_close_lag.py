@@ -57,11 +57,11 @@ def main() -> int:
     table = boto3.resource("dynamodb").Table(os.environ["TABLE_NAME"])
     sku = f"lag-{uuid.uuid4().hex[:8]}"
     table.put_item(Item={"pk": f"SKU#{sku}", "sk": "STOCK", "entity": "STOCK", "sku": sku,
-                         "available": args.orders, "reserved": 0, "sold": 0})
+                         "available": args.orders, "reserved": 0, "sold": 0, "price": 100, "currency": "EUR"})
     token = Buyers().sign_in("lag-user")[0]
     ids = []
     for i in range(args.orders):
-        body = json.dumps({"user_id": "lag-user", "currency": "EUR",
+        body = json.dumps({"currency": "EUR",
                            "items": [{"sku": sku, "qty": 1, "unit_price": 100}]}).encode()
         req = urllib.request.Request(f"{base}/orders", data=body, method="POST",
                                      headers={"content-type": "application/json",

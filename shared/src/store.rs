@@ -78,6 +78,20 @@ pub struct Stock {
     /// Sold by paid orders (written by the first confirmation).
     #[serde(default)]
     pub sold: i64,
+    /// The catalog price of one unit, in minor units of `currency`. Set
+    /// with the SKU (both or neither); a SKU seeded before prices lived in
+    /// the catalog has none and cannot be ordered until an operator sets it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub currency: Option<Currency>,
+}
+
+impl Stock {
+    /// The catalog price, when the SKU has one.
+    pub fn catalog_price(&self) -> Option<Price> {
+        Some(Price { amount: self.price?, currency: self.currency.clone()? })
+    }
 }
 
 /// A row reconciliation could not decode. It is skipped and reported by
@@ -139,7 +153,21 @@ pub enum CreateResult {
         same_request: bool,
     },
     OutOfStock(Sku),
+    /// The SKU's catalog price or currency is no longer the one on the
+    /// order's line (it changed after the use case read it); `now` is the
+    /// catalog's price at the time of the write, if it has one.
+    PriceChanged {
+        sku: Sku,
+        now: Option<Price>,
+    },
     CouponUnavailable,
+}
+
+/// What an order idempotency key was first used for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedOrder {
+    pub order_id: OrderId,
+    pub request_hash: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,8 +203,15 @@ pub type Moved<S> = Result<Step<S>, Refused>;
 #[async_trait]
 pub trait OrderStore: Send + Sync {
     /// One transaction: idempotency key, order, a stock decrement and a
-    /// reservation per line, and the coupon lock.
+    /// reservation per line, and the coupon lock. Each stock decrement is
+    /// also conditional on the SKU's catalog price and currency still being
+    /// the line's `unit_price` and the order's currency, so an order is
+    /// never written at a price the catalog no longer has.
     async fn create_order(&self, order: &Order, claim: &IdempotencyClaim) -> Result<CreateResult, Unavailable>;
+
+    /// What the idempotency key of `user_id` was used for, if it was.
+    /// Read only to answer a retry that is refused before its transaction.
+    async fn claimed_order(&self, user_id: &UserId, key: &IdempotencyKey) -> Result<Option<ClaimedOrder>, Unavailable>;
 
     /// The order alone, strongly consistent.
     async fn order(&self, order_id: &OrderId) -> Result<Option<Order>, Unavailable>;
@@ -251,16 +286,25 @@ pub trait OrderStore: Send + Sync {
         now: Timestamp,
     ) -> Result<Moved<CouponLockStatus>, Unavailable>;
 
-    /// Sets a SKU's available count. With `expected`, only if the count is
-    /// still that (a compare-and-swap for operators adjusting live stock);
-    /// without, only if the SKU does not exist yet (seeding): a live SKU's
-    /// count is never overwritten blindly while orders hold reservations.
-    async fn put_stock(&self, sku: &Sku, available: i64, expected: Option<i64>) -> Result<Cas, Unavailable>;
+    /// Creates a SKU with its available count and catalog price, only if it
+    /// does not exist yet: a live SKU's count is never overwritten blindly
+    /// while orders hold reservations.
+    async fn seed_stock(&self, sku: &Sku, available: i64, price: &Price) -> Result<Cas, Unavailable>;
+    /// Sets a live SKU's available count, only if it is still `expected`
+    /// (a compare-and-swap for operators adjusting live stock).
+    async fn swap_stock(&self, sku: &Sku, available: i64, expected: i64) -> Result<Cas, Unavailable>;
     /// Adds `delta` (may be negative) to an existing SKU's available count,
     /// conditional on the result staying `>= 0`. Rejected when the SKU does
     /// not exist or the count would go negative.
     async fn adjust_stock(&self, sku: &Sku, delta: i64) -> Result<Cas, Unavailable>;
+    /// Sets an existing SKU's catalog price and currency; counts untouched.
+    /// Rejected when the SKU does not exist. Orders already written keep
+    /// the prices on their lines.
+    async fn set_price(&self, sku: &Sku, price: &Price) -> Result<Cas, Unavailable>;
     async fn stock(&self, sku: &Sku) -> Result<Option<Stock>, Unavailable>;
+    /// The stock records of `skus` (strongly consistent), for the catalog
+    /// prices; a SKU that does not exist is absent from the answer.
+    async fn stocks(&self, skus: &[Sku]) -> Result<Vec<Stock>, Unavailable>;
     async fn put_coupon(&self, coupon: &Coupon) -> Result<PutCoupon, Unavailable>;
     async fn coupon(&self, coupon_id: &CouponId) -> Result<Option<Coupon>, Unavailable>;
 }

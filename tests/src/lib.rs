@@ -337,13 +337,15 @@ impl Api {
     pub async fn admin_order(&self, id: &str) -> Reply {
         self.send("GET", &format!("/admin/orders/{id}"), &[], None, true).await
     }
+    /// Seeds `sku` with `available` units at the price `order_body` shows
+    /// the buyer ([`PRICE`] EUR).
     pub async fn put_stock(&self, sku: &str, available: i64) -> Reply {
         let r = self
             .send(
                 "PUT",
                 &format!("/admin/skus/{sku}"),
                 &[],
-                Some(&serde_json::json!({"available": available}).to_string()),
+                Some(&serde_json::json!({"available": available, "price": PRICE, "currency": "EUR"}).to_string()),
                 true,
             )
             .await;
@@ -557,9 +559,13 @@ pub fn settle_timeout() -> Duration {
     Duration::from_secs(window_seconds() + 90)
 }
 
-/// A JSON order body for one SKU.
+/// The catalog price `Api::put_stock` seeds, in EUR cents.
+pub const PRICE: i64 = 1299;
+
+/// A JSON order body for one SKU; `unit_price` is the price shown to the
+/// buyer (the catalog's, as seeded by `Api::put_stock`), a guard only.
 pub fn order_body(user: &str, sku: &str, qty: u32, coupon: Option<&str>) -> Value {
-    let mut b = serde_json::json!({"user_id": user, "currency": "EUR", "items": [{"sku": sku, "qty": qty, "unit_price": 1299}]});
+    let mut b = serde_json::json!({"user_id": user, "currency": "EUR", "items": [{"sku": sku, "qty": qty, "unit_price": PRICE}]});
     if let Some(c) = coupon {
         b["coupon_id"] = serde_json::json!(c);
     }
@@ -629,6 +635,11 @@ pub mod fixtures {
             created_at: at,
             evidence: vec![],
         }
+    }
+
+    /// A catalog price in EUR.
+    pub fn eur(amount: i64) -> Price {
+        Price::new(amount, Currency::parse("EUR").unwrap()).unwrap()
     }
 }
 

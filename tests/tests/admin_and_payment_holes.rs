@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use system_tests::body_buyer;
 use system_tests::fakes::{FixedClock, RecordedWakeUps};
+use system_tests::fixtures::eur;
 use system_tests::{dynamodb_local, fresh_table};
 
 const T0: i64 = 1_800_000_000_000;
@@ -86,7 +87,7 @@ struct World {
 impl World {
     async fn new() -> Self {
         let store = fresh_table(&dynamodb_local().await).await;
-        store.put_stock(&sku("A"), 10, None).await.unwrap();
+        store.seed_stock(&sku("A"), 10, &eur(100)).await.unwrap();
         Self { store, clock: FixedClock::at(T0), channel: Ledger::default() }
     }
 
@@ -260,16 +261,25 @@ async fn a_non_returnable_coupon_ends_void_with_a_reason_when_its_order_closes_u
 #[tokio::test]
 async fn a_blind_stock_set_of_a_live_sku_is_refused_and_changes_nothing() {
     let w = World::new().await;
-    let seeded = queries::put_stock(&w.store, "NEW", br#"{"available": 5}"#).await.unwrap();
-    assert_eq!(seeded, json!({"sku": "NEW", "available": 5, "reserved": 0, "sold": 0}));
+    let seeded =
+        queries::put_stock(&w.store, "NEW", br#"{"available": 5, "price": 1299, "currency": "EUR"}"#).await.unwrap();
+    assert_eq!(
+        seeded,
+        json!({"sku": "NEW", "available": 5, "reserved": 0, "sold": 0, "price": 1299, "currency": "EUR"})
+    );
     w.order(None).await.unwrap(); // holds 2 of A
     let before = queries::get_stock(&w.store, "A").await.unwrap();
     assert_eq!((before["available"].as_i64(), before["reserved"].as_i64()), (Some(8), Some(2)));
 
-    let refused = queries::put_stock(&w.store, "A", br#"{"available": 100}"#).await;
+    let blind = br#"{"available": 100, "price": 1, "currency": "EUR"}"#;
+    let refused = queries::put_stock(&w.store, "A", blind).await;
     let msg = message(refused);
     assert!(msg.contains("if_available") && msg.contains("adjust"), "names what to send: {msg}");
-    assert_eq!(code(queries::put_stock(&w.store, "A", br#"{"available": 100}"#).await), "stock_exists");
+    assert_eq!(code(queries::put_stock(&w.store, "A", blind).await), "stock_exists");
+    // Without a price it is not a seed at all.
+    let bare = queries::put_stock(&w.store, "A", br#"{"available": 100}"#).await;
+    assert_eq!(code(queries::put_stock(&w.store, "A", br#"{"available": 100}"#).await), "invalid_request");
+    assert!(message(bare).contains("price and currency are required"));
     assert_eq!(queries::get_stock(&w.store, "A").await.unwrap(), before, "nothing written");
 }
 
@@ -291,6 +301,42 @@ async fn live_stock_changes_by_compare_and_swap_or_by_a_relative_adjustment() {
         assert_eq!(code(queries::put_stock(&w.store, "A", bad).await), "invalid_request");
     }
     assert_eq!(queries::get_stock(&w.store, "A").await.unwrap()["available"], 9);
+}
+
+#[tokio::test]
+async fn a_price_change_touches_only_the_catalog_price_and_never_an_open_order() {
+    let w = World::new().await;
+    let open = w.order(None).await.unwrap(); // 2 of A at 100
+    let before = queries::get_stock(&w.store, "A").await.unwrap();
+    assert_eq!((before["price"].as_i64(), before["currency"].as_str()), (Some(100), Some("EUR")));
+
+    let after = queries::put_stock(&w.store, "A", br#"{"price": 150, "currency": "EUR"}"#).await.unwrap();
+    assert_eq!(
+        after,
+        json!({"sku": "A", "available": 8, "reserved": 2, "sold": 0, "price": 150, "currency": "EUR"}),
+        "the counts are untouched"
+    );
+    let kept = w.store.order(&open.order_id).await.unwrap().unwrap();
+    assert_eq!(kept.items[0].unit_price, 100, "the open order keeps its price");
+    assert_eq!(kept.amount_total, 200);
+    assert_eq!(kept.version, open.version);
+
+    // A price alone never creates a SKU.
+    let missing = queries::put_stock(&w.store, "NONE", br#"{"price": 150, "currency": "EUR"}"#).await;
+    assert_eq!(code(missing), "not_found");
+    assert_eq!(w.store.stock(&sku("NONE")).await.unwrap(), None, "nothing written");
+
+    for (bad, names) in [
+        (&br#"{"price": 150}"#[..], "currency"),
+        (br#"{"currency": "EUR"}"#, "price"),
+        (br#"{"price": -1, "currency": "EUR"}"#, "price"),
+        (br#"{"price": 150, "currency": "euro"}"#, "currency"),
+        (br#"{"price": 150, "currency": "EUR", "adjust": 1}"#, "adjust"),
+    ] {
+        let m = message(queries::put_stock(&w.store, "A", bad).await);
+        assert!(m.contains(names), "{}: {m}", String::from_utf8_lossy(bad));
+    }
+    assert_eq!(queries::get_stock(&w.store, "A").await.unwrap(), after, "the refusals wrote nothing");
 }
 
 // -------------------------------------------------------- payment entry

@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use system_tests::body_buyer;
 use system_tests::fakes::*;
+use system_tests::fixtures::eur;
 use system_tests::{dynamodb_local, fresh_table};
 
 const T0: i64 = 1_800_000_000_000;
@@ -90,7 +91,7 @@ impl World {
     }
 
     async fn with_store(store: DynamoStore) -> Self {
-        store.put_stock(&Sku::parse("A").unwrap(), 1_000, None).await.unwrap();
+        store.seed_stock(&Sku::parse("A").unwrap(), 1_000, &eur(100)).await.unwrap();
         Self { store, clock: FixedClock::at(T0), channel: Default::default(), reminders: Default::default() }
     }
 

@@ -66,7 +66,7 @@ impl World {
     }
 
     async fn with_store(store: DynamoStore) -> Self {
-        store.put_stock(&Sku::parse("A").unwrap(), 1_000, None).await.unwrap();
+        store.seed_stock(&Sku::parse("A").unwrap(), 1_000, &eur(100)).await.unwrap();
         Self { store, clock: FixedClock::at(T0), channel: Default::default(), reminders: Default::default() }
     }
 
@@ -135,6 +135,7 @@ impl World {
 }
 
 use order_core::usecases::sweep::SweepReport;
+use system_tests::fixtures::eur;
 
 fn cfg() -> SweepConfig {
     SweepConfig { grace: Duration::from_secs(5), page: 100, budget: Duration::from_secs(40) }

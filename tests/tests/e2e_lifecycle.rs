@@ -29,7 +29,10 @@ async fn an_unpaid_order_closes_after_its_window_and_its_stock_and_coupon_return
     assert_eq!(r.body["status"], "PENDING_PAYMENT");
     assert_eq!(r.body["amount_total"], 2598);
     assert!(r.body["expire_at"].as_str().unwrap().ends_with('Z'));
-    assert_eq!(api.stock(&sku).await, json!({"sku": sku, "available": 3, "reserved": 2, "sold": 0}));
+    assert_eq!(
+        api.stock(&sku).await,
+        json!({"sku": sku, "available": 3, "reserved": 2, "sold": 0, "price": system_tests::PRICE, "currency": "EUR"})
+    );
     assert_eq!(api.coupon(&coupon).await["state"], "LOCKED");
 
     // The outbox consumer gave the order its one-shot wake-up.
@@ -111,7 +114,7 @@ async fn a_duplicate_close_message_and_a_duplicate_closed_event_change_nothing()
     assert_eq!(api.admin_order(&id).await.body["version"], before["version"], "no write to the order");
     assert_eq!(
         api.stock(&sku).await,
-        json!({"sku": sku, "available": 4, "reserved": 0, "sold": 0}),
+        json!({"sku": sku, "available": 4, "reserved": 0, "sold": 0, "price": system_tests::PRICE, "currency": "EUR"}),
         "stock added once"
     );
 }
@@ -199,7 +202,7 @@ async fn bad_requests_get_their_4xx_and_write_nothing() {
     }
     assert_eq!(
         api.stock(&sku).await,
-        json!({"sku": sku, "available": 2, "reserved": 0, "sold": 0}),
+        json!({"sku": sku, "available": 2, "reserved": 0, "sold": 0, "price": system_tests::PRICE, "currency": "EUR"}),
         "nothing reserved"
     );
     assert_eq!(api.coupon(&coupon).await["state"], "AVAILABLE");
@@ -235,13 +238,16 @@ async fn twenty_concurrent_orders_on_ten_units_leave_ten_orders_and_the_stock_re
         replies.iter().filter(|r| r.status == 201).map(|r| r.body["order_id"].as_str().unwrap().to_owned()).collect();
     let refused = replies.iter().filter(|r| r.status == 409 && r.error_code() == "out_of_stock").count();
     assert_eq!((created.len(), refused), (10, 10), "{replies:?}");
-    assert_eq!(api.stock(&sku).await, json!({"sku": sku, "available": 0, "reserved": 10, "sold": 0}));
+    assert_eq!(
+        api.stock(&sku).await,
+        json!({"sku": sku, "available": 0, "reserved": 10, "sold": 0, "price": system_tests::PRICE, "currency": "EUR"})
+    );
 
     for id in &created {
         api.wait_status(id, "CLOSED", settle_timeout()).await;
     }
     eventually("all stock back", Duration::from_secs(90), || async {
-        (api.stock(&sku).await == json!({"sku": sku, "available": 10, "reserved": 0, "sold": 0})).then_some(())
+        (api.stock(&sku).await == json!({"sku": sku, "available": 10, "reserved": 0, "sold": 0, "price": system_tests::PRICE, "currency": "EUR"})).then_some(())
     })
     .await;
 }

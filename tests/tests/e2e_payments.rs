@@ -449,7 +449,7 @@ async fn pay_and_close_racing_on_many_orders_converge_with_every_invariant_held(
     println!("race: {n} orders, {paid} PAID, {closed} CLOSED");
     // Stock: sold for the paid ones, back for the closed ones, none held.
     eventually("stock settled", Duration::from_secs(90), || async {
-        (api.stock(&sku).await == json!({"sku": sku, "available": closed, "reserved": 0, "sold": paid})).then_some(())
+        (api.stock(&sku).await == json!({"sku": sku, "available": closed, "reserved": 0, "sold": paid, "price": system_tests::PRICE, "currency": "EUR"})).then_some(())
     })
     .await;
     for (id, _, _) in &orders {

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use system_tests::body_buyer;
 use system_tests::fakes::FixedClock;
+use system_tests::fixtures::eur;
 use system_tests::{dynamodb_local, fresh_table};
 
 const T0: i64 = 1_800_000_000_000;
@@ -23,7 +24,7 @@ const T0: i64 = 1_800_000_000_000;
 /// success arrived for it. Returns the store and the refund as created.
 async fn pending_refund(clock: &FixedClock) -> (DynamoStore, Refund) {
     let store = fresh_table(&dynamodb_local().await).await;
-    store.put_stock(&Sku::parse("A").unwrap(), 10, None).await.unwrap();
+    store.seed_stock(&Sku::parse("A").unwrap(), 10, &eur(100)).await.unwrap();
     let create = CreateOrder {
         store: store.clone(),
         clock: Box::new(clock.clone()),

@@ -11,6 +11,7 @@ use serde_json::json;
 use std::time::Duration;
 use system_tests::body_buyer;
 use system_tests::fakes::FixedClock;
+use system_tests::fixtures::eur;
 use system_tests::{dynamodb_local, fresh_table};
 
 const T0: i64 = 1_800_000_000_000;
@@ -69,8 +70,8 @@ async fn coupon(store: &DynamoStore, id: &str, user: &str, valid_until_ms: i64) 
 async fn create_order_writes_order_reservations_coupon_lock_and_stock_in_one_transaction() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.put_stock(&sku("A"), 5, None).await.unwrap();
-    store.put_stock(&sku("B"), 1, None).await.unwrap();
+    store.seed_stock(&sku("A"), 5, &eur(250)).await.unwrap();
+    store.seed_stock(&sku("B"), 1, &eur(250)).await.unwrap();
     coupon(&store, "C1", "u1", T0 + 86_400_000).await;
 
     let order = create(&store, &clock, "k1", body("u1", &[("A", 2), ("B", 1)], Some("C1"))).await.unwrap();
@@ -93,8 +94,8 @@ async fn create_order_writes_order_reservations_coupon_lock_and_stock_in_one_tra
 async fn out_of_stock_on_any_line_writes_nothing_and_names_the_sku() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.put_stock(&sku("A"), 5, None).await.unwrap();
-    store.put_stock(&sku("B"), 1, None).await.unwrap();
+    store.seed_stock(&sku("A"), 5, &eur(250)).await.unwrap();
+    store.seed_stock(&sku("B"), 1, &eur(250)).await.unwrap();
     coupon(&store, "C1", "u1", T0 + 86_400_000).await;
     let before = item_count(&store).await;
 
@@ -111,7 +112,7 @@ async fn out_of_stock_on_any_line_writes_nothing_and_names_the_sku() {
             status: OrderStatus::PendingPayment,
             version: 1,
             currency: req.currency.clone(),
-            items: req.items.clone(),
+            items: req.items.iter().map(|l| OrderLine { sku: l.sku.clone(), qty: l.qty, unit_price: 250 }).collect(),
             amount_total: 1000,
             coupon_id: req.coupon_id.clone(),
             created_at: c.clock.now(),
@@ -145,7 +146,7 @@ async fn out_of_stock_on_any_line_writes_nothing_and_names_the_sku() {
 async fn a_coupon_of_another_user_expired_or_locked_is_refused_and_nothing_is_written() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.put_stock(&sku("A"), 10, None).await.unwrap();
+    store.seed_stock(&sku("A"), 10, &eur(250)).await.unwrap();
     coupon(&store, "MINE", "u1", T0 + 86_400_000).await;
     coupon(&store, "OLD", "u1", T0 - 1).await;
     let before = item_count(&store).await;
@@ -170,7 +171,7 @@ async fn a_coupon_of_another_user_expired_or_locked_is_refused_and_nothing_is_wr
 async fn an_idempotency_key_replays_the_same_order_and_refuses_a_different_body() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.put_stock(&sku("A"), 10, None).await.unwrap();
+    store.seed_stock(&sku("A"), 10, &eur(250)).await.unwrap();
     let uc = creator(&store, &clock);
     let b = body("u1", &[("A", 1)], None).to_string();
     let first = uc.execute(&body_buyer(b.as_bytes()), Some("key-1"), b.as_bytes()).await.unwrap();
@@ -189,7 +190,7 @@ async fn an_idempotency_key_replays_the_same_order_and_refuses_a_different_body(
 }
 
 async fn open_order(store: &DynamoStore, clock: &FixedClock) -> Order {
-    store.put_stock(&sku("A"), 100, None).await.unwrap();
+    store.seed_stock(&sku("A"), 100, &eur(250)).await.unwrap();
     create(store, clock, &format!("k{}", rand::random::<u32>()), body("u1", &[("A", 2)], None)).await.unwrap()
 }
 
@@ -352,7 +353,7 @@ async fn a_reservation_is_released_once_and_a_confirmed_one_never() {
 async fn a_coupon_lock_ends_once_available_or_expired_with_its_reason() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.put_stock(&sku("A"), 10, None).await.unwrap();
+    store.seed_stock(&sku("A"), 10, &eur(250)).await.unwrap();
     coupon(&store, "C1", "u1", T0 + 86_400_000).await;
     let order = create(&store, &clock, "k", body("u1", &[("A", 1)], Some("C1"))).await.unwrap();
     let cid = CouponId::parse("C1").unwrap();
@@ -550,12 +551,12 @@ async fn a_refund_moves_once_from_pending() {
 async fn an_expected_stock_count_makes_the_update_a_compare_and_swap() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.put_stock(&sku("S"), 5, None).await.unwrap();
+    store.seed_stock(&sku("S"), 5, &eur(250)).await.unwrap();
     // An order reserves a unit after the operator read "5".
     create(&store, &clock, "s1", body("u", &[("S", 1)], None)).await.unwrap();
-    assert_eq!(store.put_stock(&sku("S"), 15, Some(5)).await.unwrap(), Cas::Rejected);
+    assert_eq!(store.swap_stock(&sku("S"), 15, 5).await.unwrap(), Cas::Rejected);
     assert_eq!(stock(&store, "S").await, (4, 1), "the stale restock changed nothing");
-    assert_eq!(store.put_stock(&sku("S"), 14, Some(4)).await.unwrap(), Cas::Applied);
+    assert_eq!(store.swap_stock(&sku("S"), 14, 4).await.unwrap(), Cas::Applied);
     assert_eq!(stock(&store, "S").await, (14, 1), "reserved is never touched");
 }
 
@@ -563,7 +564,7 @@ async fn an_expected_stock_count_makes_the_update_a_compare_and_swap() {
 async fn concurrent_orders_on_one_sku_never_oversell() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.put_stock(&sku("HOT"), 10, None).await.unwrap();
+    store.seed_stock(&sku("HOT"), 10, &eur(250)).await.unwrap();
     let results = futures::future::join_all((0..20).map(|i| {
         let (store, clock) = (store.clone(), clock.clone());
         async move { create(&store, &clock, &format!("c{i}"), body(&format!("u{i}"), &[("HOT", 1)], None)).await }
@@ -573,4 +574,310 @@ async fn concurrent_orders_on_one_sku_never_oversell() {
     let out = results.iter().filter(|r| r.as_ref().err().map(String::as_str) == Some("out_of_stock")).count();
     assert_eq!((ok, out), (10, 10), "{results:?}");
     assert_eq!(stock(&store, "HOT").await, (0, 10));
+}
+
+// ------------------------------------------------------------ catalog prices
+
+fn unguarded(user: &str, lines: &[(&str, u32)]) -> serde_json::Value {
+    let items: Vec<_> = lines.iter().map(|(s, q)| json!({"sku": s, "qty": q})).collect();
+    json!({"user_id": user, "currency": "EUR", "items": items})
+}
+
+#[tokio::test]
+async fn an_order_takes_the_catalog_price_and_keeps_it_when_the_catalog_changes() {
+    let store = store().await;
+    let clock = FixedClock::at(T0);
+    store.seed_stock(&sku("A"), 10, &eur(250)).await.unwrap();
+    store.seed_stock(&sku("B"), 10, &eur(1299)).await.unwrap();
+
+    // No price in the request: the catalog's is used.
+    let first = create(&store, &clock, "p1", unguarded("u1", &[("A", 2), ("B", 1)])).await.unwrap();
+    let prices: Vec<_> = first.items.iter().map(|l| (l.sku.as_str(), l.unit_price)).collect();
+    assert_eq!(prices, [("A", 250), ("B", 1299)]);
+    assert_eq!(first.amount_total, 1799);
+
+    assert_eq!(store.set_price(&sku("A"), &eur(300)).await.unwrap(), Cas::Applied);
+    assert_eq!(stock(&store, "A").await, (8, 2), "a price change leaves the counts alone");
+    let kept = store.order_record(&first.order_id).await.unwrap().unwrap().order;
+    assert_eq!(
+        (&kept.items, kept.amount_total, kept.version),
+        (&first.items, 1799, 1),
+        "the open order keeps its prices and amount"
+    );
+
+    let second = create(&store, &clock, "p2", unguarded("u1", &[("A", 1)])).await.unwrap();
+    assert_eq!((second.items[0].unit_price, second.amount_total), (300, 300));
+}
+
+#[tokio::test]
+async fn a_price_the_buyer_was_shown_that_is_not_the_catalog_price_is_refused_and_writes_nothing() {
+    let store = store().await;
+    let clock = FixedClock::at(T0);
+    store.seed_stock(&sku("A"), 10, &eur(300)).await.unwrap();
+    let before = item_count(&store).await;
+
+    // `body` sends 250 as the price shown; the catalog says 300.
+    let guarded = body("u1", &[("A", 1)], None);
+    let err = creator(&store, &clock)
+        .execute(&body_buyer(guarded.to_string().as_bytes()), Some("g1"), guarded.to_string().as_bytes())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "price_changed");
+    let message = err.to_string();
+    assert!(message.contains("sku A") && message.contains("300 EUR") && message.contains("250"), "{message}");
+    assert_eq!(item_count(&store).await, before, "nothing written, the key is still free");
+    assert_eq!(stock(&store, "A").await, (10, 0));
+
+    // The buyer is shown the new price; the same key now creates the order.
+    store.set_price(&sku("A"), &eur(250)).await.unwrap();
+    let order = create(&store, &clock, "g1", guarded).await.unwrap();
+    assert_eq!(order.amount_total, 250);
+}
+
+#[tokio::test]
+async fn a_sku_in_another_currency_or_without_a_price_is_refused_and_writes_nothing() {
+    let store = store().await;
+    let clock = FixedClock::at(T0);
+    let usd = Price::new(250, Currency::parse("USD").unwrap()).unwrap();
+    store.seed_stock(&sku("A"), 10, &eur(250)).await.unwrap();
+    store.seed_stock(&sku("US"), 10, &usd).await.unwrap();
+    // A stock row written before prices lived in the catalog.
+    store
+        .client()
+        .put_item()
+        .table_name(store.table())
+        .set_item(Some(
+            [
+                ("pk", aws_sdk_dynamodb::types::AttributeValue::S(keys::sku(&sku("OLD")))),
+                ("sk", aws_sdk_dynamodb::types::AttributeValue::S(keys::STOCK_SK.into())),
+                ("entity", aws_sdk_dynamodb::types::AttributeValue::S("STOCK".into())),
+                ("sku", aws_sdk_dynamodb::types::AttributeValue::S("OLD".into())),
+                ("available", aws_sdk_dynamodb::types::AttributeValue::N("10".into())),
+                ("reserved", aws_sdk_dynamodb::types::AttributeValue::N("0".into())),
+                ("sold", aws_sdk_dynamodb::types::AttributeValue::N("0".into())),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect(),
+        ))
+        .send()
+        .await
+        .unwrap();
+    let before = item_count(&store).await;
+    assert_eq!(
+        create(&store, &clock, "c1", unguarded("u1", &[("A", 1), ("US", 1)])).await,
+        Err("currency_mismatch".into())
+    );
+    assert_eq!(create(&store, &clock, "c2", unguarded("u1", &[("OLD", 1)])).await, Err("not_for_sale".into()));
+    assert_eq!(create(&store, &clock, "c3", unguarded("u1", &[("NOPE", 1)])).await, Err("out_of_stock".into()));
+    assert_eq!(item_count(&store).await, before);
+    assert_eq!((stock(&store, "A").await, stock(&store, "OLD").await), ((10, 0), (10, 0)));
+
+    // Once priced, the old SKU sells.
+    store.set_price(&sku("OLD"), &eur(40)).await.unwrap();
+    assert_eq!(create(&store, &clock, "c2", unguarded("u1", &[("OLD", 1)])).await.unwrap().amount_total, 40);
+}
+
+#[tokio::test]
+async fn the_create_transaction_is_conditional_on_the_catalog_price_of_each_line() {
+    let store = store().await;
+    let clock = FixedClock::at(T0);
+    store.seed_stock(&sku("A"), 5, &eur(250)).await.unwrap();
+    store.seed_stock(&sku("B"), 1, &eur(250)).await.unwrap();
+    let before = item_count(&store).await;
+    let order_with = |lines: Vec<(&str, u32, i64)>, currency: &str| Order {
+        order_id: OrderId::parse(format!("ord_{}", rand::random::<u32>())).unwrap(),
+        user_id: UserId::parse("u1").unwrap(),
+        status: OrderStatus::PendingPayment,
+        version: 1,
+        currency: Currency::parse(currency).unwrap(),
+        amount_total: lines.iter().map(|(_, q, p)| i64::from(*q) * p).sum(),
+        items: lines.iter().map(|(s, q, p)| OrderLine { sku: sku(s), qty: *q, unit_price: *p }).collect(),
+        coupon_id: None,
+        created_at: clock.now(),
+        expire_at: clock.now().plus(WINDOW),
+        expiry_rule_version: "v".into(),
+        payment_attempts: 0,
+        closing: None,
+        paid_by: None,
+        history: vec![],
+        checks: vec![],
+    };
+    let claim = |k: &str| IdempotencyClaim {
+        user_id: UserId::parse("u1").unwrap(),
+        key: IdempotencyKey::parse(k).unwrap(),
+        request_hash: "h".into(),
+    };
+    // A line priced otherwise than the catalog (as when the price changed
+    // after the use case read it): cancelled, and told apart from stock.
+    assert_eq!(
+        store.create_order(&order_with(vec![("A", 1, 250), ("B", 1, 200)], "EUR"), &claim("t1")).await.unwrap(),
+        CreateResult::PriceChanged { sku: sku("B"), now: Some(eur(250)) }
+    );
+    // Another currency is a price change too.
+    assert_eq!(
+        store.create_order(&order_with(vec![("A", 1, 250)], "USD"), &claim("t2")).await.unwrap(),
+        CreateResult::PriceChanged { sku: sku("A"), now: Some(eur(250)) }
+    );
+    // Too few units at a changed price: the price is what the buyer must see first.
+    assert_eq!(
+        store.create_order(&order_with(vec![("B", 2, 200)], "EUR"), &claim("t3")).await.unwrap(),
+        CreateResult::PriceChanged { sku: sku("B"), now: Some(eur(250)) }
+    );
+    // At the catalog price, too few units is out of stock, as before.
+    assert_eq!(
+        store.create_order(&order_with(vec![("B", 2, 250)], "EUR"), &claim("t4")).await.unwrap(),
+        CreateResult::OutOfStock(sku("B"))
+    );
+    assert_eq!(item_count(&store).await, before, "nothing written");
+    assert_eq!((stock(&store, "A").await, stock(&store, "B").await), ((5, 0), (1, 0)));
+}
+
+/// A store whose catalog changes right after the use case read it: the
+/// price of `sku` becomes `to` between the read and the transaction.
+#[derive(Clone)]
+struct RepricedAfterRead {
+    inner: DynamoStore,
+    sku: Sku,
+    to: Price,
+}
+
+#[async_trait::async_trait]
+impl OrderStore for RepricedAfterRead {
+    async fn create_order(&self, order: &Order, claim: &IdempotencyClaim) -> Result<CreateResult, Unavailable> {
+        self.inner.create_order(order, claim).await
+    }
+    async fn claimed_order(&self, u: &UserId, k: &IdempotencyKey) -> Result<Option<ClaimedOrder>, Unavailable> {
+        self.inner.claimed_order(u, k).await
+    }
+    async fn order(&self, id: &OrderId) -> Result<Option<Order>, Unavailable> {
+        self.inner.order(id).await
+    }
+    async fn order_record(&self, id: &OrderId) -> Result<Option<OrderRecord>, Unavailable> {
+        self.inner.order_record(id).await
+    }
+    async fn close_unpaid(&self, o: &Order, now: Timestamp) -> Result<Cas, Unavailable> {
+        self.inner.close_unpaid(o, now).await
+    }
+    async fn begin_closing(&self, o: &Order, l: &ClosingLease, now: Timestamp) -> Result<Cas, Unavailable> {
+        self.inner.begin_closing(o, l, now).await
+    }
+    async fn hold_closing(&self, o: &Order, until: Timestamp) -> Result<Cas, Unavailable> {
+        self.inner.hold_closing(o, until).await
+    }
+    async fn note_lazy_reminder(&self, o: &Order, now: Timestamp, every: Duration) -> Result<Cas, Unavailable> {
+        self.inner.note_lazy_reminder(o, now, every).await
+    }
+    async fn note_early_reminder(&self, o: &Order, until: Timestamp, now: Timestamp) -> Result<Cas, Unavailable> {
+        self.inner.note_early_reminder(o, until, now).await
+    }
+    async fn record_check(&self, id: &OrderId, c: &OperatorCheck) -> Result<Cas, Unavailable> {
+        self.inner.record_check(id, c).await
+    }
+    async fn effects_done(&self, id: &OrderId, s: OrderStatus) -> Result<Cas, Unavailable> {
+        self.inner.effects_done(id, s).await
+    }
+    async fn close_after_check(&self, o: &Order, now: Timestamp, cause: &str) -> Result<Cas, Unavailable> {
+        self.inner.close_after_check(o, now, cause).await
+    }
+    async fn release_reservation(
+        &self,
+        id: &OrderId,
+        r: &Reservation,
+        now: Timestamp,
+    ) -> Result<Moved<ReservationStatus>, Unavailable> {
+        self.inner.release_reservation(id, r, now).await
+    }
+    async fn confirm_reservation(
+        &self,
+        id: &OrderId,
+        r: &Reservation,
+        now: Timestamp,
+    ) -> Result<Moved<ReservationStatus>, Unavailable> {
+        self.inner.confirm_reservation(id, r, now).await
+    }
+    async fn end_coupon_lock(
+        &self,
+        id: &OrderId,
+        c: &CouponId,
+        to: CouponLockStatus,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<Moved<CouponLockStatus>, Unavailable> {
+        self.inner.end_coupon_lock(id, c, to, reason, now).await
+    }
+    async fn seed_stock(&self, s: &Sku, available: i64, price: &Price) -> Result<Cas, Unavailable> {
+        self.inner.seed_stock(s, available, price).await
+    }
+    async fn swap_stock(&self, s: &Sku, available: i64, expected: i64) -> Result<Cas, Unavailable> {
+        self.inner.swap_stock(s, available, expected).await
+    }
+    async fn adjust_stock(&self, s: &Sku, delta: i64) -> Result<Cas, Unavailable> {
+        self.inner.adjust_stock(s, delta).await
+    }
+    async fn set_price(&self, s: &Sku, price: &Price) -> Result<Cas, Unavailable> {
+        self.inner.set_price(s, price).await
+    }
+    async fn stock(&self, s: &Sku) -> Result<Option<Stock>, Unavailable> {
+        self.inner.stock(s).await
+    }
+    async fn stocks(&self, skus: &[Sku]) -> Result<Vec<Stock>, Unavailable> {
+        let read = self.inner.stocks(skus).await?;
+        assert_eq!(self.inner.set_price(&self.sku, &self.to).await?, Cas::Applied);
+        Ok(read)
+    }
+    async fn put_coupon(&self, c: &Coupon) -> Result<PutCoupon, Unavailable> {
+        self.inner.put_coupon(c).await
+    }
+    async fn coupon(&self, id: &CouponId) -> Result<Option<Coupon>, Unavailable> {
+        self.inner.coupon(id).await
+    }
+}
+
+#[tokio::test]
+async fn a_price_change_between_the_catalog_read_and_the_write_refuses_the_order_and_writes_nothing() {
+    let store = store().await;
+    let clock = FixedClock::at(T0);
+    store.seed_stock(&sku("A"), 5, &eur(250)).await.unwrap();
+    store.seed_stock(&sku("B"), 5, &eur(100)).await.unwrap();
+    let before = item_count(&store).await;
+    let racing = CreateOrder {
+        store: RepricedAfterRead { inner: store.clone(), sku: sku("B"), to: eur(120) },
+        clock: Box::new(clock.clone()),
+        ids: Box::new(RandomIds),
+        window: WINDOW,
+        expiry_rule_version: "window-1800s".into(),
+    };
+    let b = unguarded("u1", &[("A", 1), ("B", 2)]).to_string();
+    let err = racing.execute(&body_buyer(b.as_bytes()), Some("r1"), b.as_bytes()).await.unwrap_err();
+    assert_eq!(err.code(), "price_changed");
+    assert!(err.to_string().contains("sku B") && err.to_string().contains("120 EUR"), "{err}");
+    assert_eq!(item_count(&store).await, before, "nothing written");
+    assert_eq!((stock(&store, "A").await, stock(&store, "B").await), ((5, 0), (5, 0)));
+
+    // Sent again, the order is priced from the catalog as it is now.
+    let order = create(&store, &clock, "r1", unguarded("u1", &[("A", 1), ("B", 2)])).await.unwrap();
+    assert_eq!(order.amount_total, 250 + 2 * 120);
+}
+
+#[tokio::test]
+async fn a_retry_after_a_price_change_replays_the_order_instead_of_refusing_it() {
+    let store = store().await;
+    let clock = FixedClock::at(T0);
+    store.seed_stock(&sku("A"), 5, &eur(250)).await.unwrap();
+    // The buyer was shown 250; the order is created, the answer is lost.
+    let first = create(&store, &clock, "lost", body("u1", &[("A", 1)], None)).await.unwrap();
+    store.set_price(&sku("A"), &eur(300)).await.unwrap();
+    // The client retries the same request: its guard is stale now, but it
+    // gets its order back rather than a refusal that would lead to a second.
+    let b = body("u1", &[("A", 1)], None).to_string();
+    let again = creator(&store, &clock).execute(&body_buyer(b.as_bytes()), Some("lost"), b.as_bytes()).await.unwrap();
+    assert!(again.replayed);
+    assert_eq!((&again.order.order_id, &again.order.items), (&first.order_id, &first.items));
+    // Another body under that key is still refused as such.
+    assert_eq!(
+        create(&store, &clock, "lost", body("u1", &[("A", 2)], None)).await,
+        Err("idempotency_key_reused".into())
+    );
+    assert_eq!(stock(&store, "A").await, (4, 1));
 }

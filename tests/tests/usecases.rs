@@ -14,6 +14,7 @@ use serde_json::json;
 use std::time::Duration;
 use system_tests::body_buyer;
 use system_tests::fakes::*;
+use system_tests::fixtures::eur;
 use system_tests::{dynamodb_local, fresh_table};
 
 const T0: i64 = 1_800_000_000_000;
@@ -29,7 +30,7 @@ struct World {
 impl World {
     async fn new() -> Self {
         let store = fresh_table(&dynamodb_local().await).await;
-        store.put_stock(&Sku::parse("A").unwrap(), 10, None).await.unwrap();
+        store.seed_stock(&Sku::parse("A").unwrap(), 10, &eur(100)).await.unwrap();
         Self { store, clock: FixedClock::at(T0), channel: Default::default(), reminders: Default::default() }
     }
 

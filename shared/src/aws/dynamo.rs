@@ -9,7 +9,8 @@ use crate::store::*;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{
-    AttributeValue as Av, CancellationReason, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+    AttributeValue as Av, CancellationReason, KeysAndAttributes, Put, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
 };
 use aws_sdk_dynamodb::Client;
 use std::collections::HashMap;
@@ -466,6 +467,13 @@ impl DynamoStore {
     }
 }
 
+/// The catalog price on a stock item, if it has one.
+fn catalog_price_of(item: &Item) -> Option<Price> {
+    let amount = item.get("price")?.as_n().ok()?.parse().ok()?;
+    let currency = Currency::parse(status_of(item, "currency")?).ok()?;
+    Some(Price { amount, currency })
+}
+
 pub(crate) fn status_of(item: &Item, attr: &str) -> Option<String> {
     item.get(attr).and_then(|v| v.as_s().ok()).cloned()
 }
@@ -519,7 +527,7 @@ impl OrderStore for DynamoStore {
         // so a cancellation reason can be traced back to the SKU.
         let mut stock_index = Vec::new();
         for line in &order.items {
-            stock_index.push((items.len(), line.sku.clone()));
+            stock_index.push((items.len(), line));
             items.push(
                 TransactWriteItem::builder()
                     .update(
@@ -527,8 +535,18 @@ impl OrderStore for DynamoStore {
                             .table_name(&self.table)
                             .set_key(Some(key(keys::sku(&line.sku), keys::STOCK_SK)))
                             .update_expression("SET available = available - :q, reserved = reserved + :q")
-                            .condition_expression("attribute_exists(pk) AND available >= :q")
+                            // The price the use case read from the catalog
+                            // must still be the catalog's: a change in
+                            // between cancels the order instead of writing
+                            // it at a price the catalog no longer has.
+                            .condition_expression(
+                                "attribute_exists(pk) AND available >= :q AND price = :price AND currency = :currency",
+                            )
                             .expression_attribute_values(":q", n(line.qty))
+                            .expression_attribute_values(":price", n(line.unit_price))
+                            .expression_attribute_values(":currency", s(order.currency.as_str()))
+                            // The old item tells which condition failed.
+                            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
                             .build()
                             .expect("complete update"),
                     )
@@ -590,14 +608,40 @@ impl OrderStore for DynamoStore {
                     let same_request = status_of(old, "request_hash").as_deref() == Some(claim.request_hash.as_str());
                     return Ok(CreateResult::Replay { order_id, same_request });
                 }
-                if let Some((_, sku)) = stock_index.iter().find(|(i, _)| matches!(failed.get(*i), Some(Some(_)))) {
-                    return Ok(CreateResult::OutOfStock(sku.clone()));
+                if let Some((i, line)) = stock_index.iter().find(|(i, _)| matches!(failed.get(*i), Some(Some(_)))) {
+                    let sku = &line.sku;
+                    // The stock item as the transaction saw it. An empty
+                    // one means it does not exist, or an engine that does
+                    // not return old items of a transaction: a read
+                    // (which changes nothing) tells them apart.
+                    let now = match failed.get(*i) {
+                        Some(Some(old)) if !old.is_empty() => Some(catalog_price_of(old)),
+                        _ => self.stock(sku).await?.map(|s| s.catalog_price()),
+                    };
+                    let line_price = Price { amount: line.unit_price, currency: order.currency.clone() };
+                    return Ok(match now {
+                        None => CreateResult::OutOfStock(sku.clone()),
+                        Some(now) if now.as_ref() != Some(&line_price) => {
+                            CreateResult::PriceChanged { sku: sku.clone(), now }
+                        }
+                        Some(_) => CreateResult::OutOfStock(sku.clone()),
+                    });
                 }
                 if coupon_index.is_some_and(|i| matches!(failed.get(i), Some(Some(_)))) {
                     return Ok(CreateResult::CouponUnavailable);
                 }
                 Err(Unavailable::new("create order transaction", "cancelled on an unexpected condition"))
             }
+        }
+    }
+
+    async fn claimed_order(&self, user_id: &UserId, key: &IdempotencyKey) -> Result<Option<ClaimedOrder>, Unavailable> {
+        let Some(item) = self.get(keys::idempotency(user_id, key), keys::IDEM_SK, "idempotency key").await? else {
+            return Ok(None);
+        };
+        match (status_of(&item, "order_id").and_then(|o| OrderId::parse(o).ok()), status_of(&item, "request_hash")) {
+            (Some(order_id), Some(request_hash)) => Ok(Some(ClaimedOrder { order_id, request_hash })),
+            _ => Err(Unavailable::new("idempotency record", "record without order_id or request_hash")),
         }
     }
 
@@ -869,26 +913,38 @@ impl OrderStore for DynamoStore {
         }
     }
 
-    async fn put_stock(&self, sku: &Sku, available: i64, expected: Option<i64>) -> Result<Cas, Unavailable> {
-        let mut req = self
+    async fn seed_stock(&self, sku: &Sku, available: i64, price: &Price) -> Result<Cas, Unavailable> {
+        let req = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(key(keys::sku(sku), keys::STOCK_SK)))
             .update_expression(
-                "SET available = :a, reserved = if_not_exists(reserved, :zero), \
-                 sold = if_not_exists(sold, :zero), sku = :sku, entity = :e",
+                "SET available = :a, reserved = :zero, sold = :zero, sku = :sku, entity = :e, \
+                 price = :price, currency = :currency",
             )
+            // Only a SKU that does not exist yet may be set blindly.
+            .condition_expression("attribute_not_exists(pk)")
             .expression_attribute_values(":a", n(available))
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":sku", s(sku.as_str()))
-            .expression_attribute_values(":e", s("STOCK"));
-        req = match expected {
-            Some(was) => req.condition_expression("available = :was").expression_attribute_values(":was", n(was)),
-            // Seeding: only a SKU that does not exist yet may be set blindly.
-            None => req.condition_expression("attribute_not_exists(pk)"),
-        };
-        self.cas(req, "put stock").await
+            .expression_attribute_values(":e", s("STOCK"))
+            .expression_attribute_values(":price", n(price.amount))
+            .expression_attribute_values(":currency", s(price.currency.as_str()));
+        self.cas(req, "seed stock").await
+    }
+
+    async fn swap_stock(&self, sku: &Sku, available: i64, expected: i64) -> Result<Cas, Unavailable> {
+        let req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(keys::sku(sku), keys::STOCK_SK)))
+            .update_expression("SET available = :a")
+            .condition_expression("attribute_exists(pk) AND available = :was")
+            .expression_attribute_values(":a", n(available))
+            .expression_attribute_values(":was", n(expected));
+        self.cas(req, "swap stock").await
     }
 
     async fn adjust_stock(&self, sku: &Sku, delta: i64) -> Result<Cas, Unavailable> {
@@ -906,8 +962,58 @@ impl OrderStore for DynamoStore {
         self.cas(req, "adjust stock").await
     }
 
+    async fn set_price(&self, sku: &Sku, price: &Price) -> Result<Cas, Unavailable> {
+        let req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(keys::sku(sku), keys::STOCK_SK)))
+            .update_expression("SET price = :price, currency = :currency")
+            // A price alone never creates a SKU: stock is seeded with its count.
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":price", n(price.amount))
+            .expression_attribute_values(":currency", s(price.currency.as_str()));
+        self.cas(req, "set price").await
+    }
+
     async fn stock(&self, sku: &Sku) -> Result<Option<Stock>, Unavailable> {
         self.get_record(keys::sku(sku), keys::STOCK_SK, "stock").await
+    }
+
+    async fn stocks(&self, skus: &[Sku]) -> Result<Vec<Stock>, Unavailable> {
+        // BatchGetItem refuses a key listed twice and takes 100 keys a call.
+        let mut wanted: Vec<&Sku> = skus.iter().collect();
+        wanted.sort();
+        wanted.dedup();
+        let mut found = Vec::with_capacity(wanted.len());
+        for chunk in wanted.chunks(100) {
+            let keys_and_attributes = KeysAndAttributes::builder()
+                .set_keys(Some(chunk.iter().map(|sku| key(keys::sku(sku), keys::STOCK_SK)).collect()))
+                .consistent_read(true)
+                .build()
+                .expect("complete keys");
+            let mut pending = Some(HashMap::from([(self.table.clone(), keys_and_attributes)]));
+            let mut backoff = Backoff::new();
+            while let Some(request) = pending.take().filter(|r| !r.is_empty()) {
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .set_request_items(Some(request))
+                    .send()
+                    .await
+                    .map_err(unavailable("read stock"))?;
+                for item in out.responses.unwrap_or_default().remove(&self.table).unwrap_or_default() {
+                    found.push(from_item(item, "stock")?);
+                }
+                // Keys the service did not get to (throttling, size) come
+                // back to be asked again.
+                pending = out.unprocessed_keys.filter(|u| !u.is_empty());
+                if pending.is_some() && !backoff.wait().await {
+                    return Err(Unavailable::new("read stock", "keys left unprocessed after retries"));
+                }
+            }
+        }
+        Ok(found)
     }
 
     async fn put_coupon(&self, coupon: &Coupon) -> Result<PutCoupon, Unavailable> {

@@ -17,7 +17,7 @@ pub mod time;
 
 pub use coupon::{CouponLockEvent, CouponLockStatus, CouponState};
 pub use ids::{ChannelName, CouponId, IdempotencyKey, OrderId, PaymentId, Sku, UserId};
-pub use money::Currency;
+pub use money::{Currency, Price};
 pub use order::{
     decide_close, CloseDecision, ClosingLease, OperatorCheck, Order, OrderEvent, OrderLine, OrderStatus,
     PaymentSuccessOutcome, StatusChange,

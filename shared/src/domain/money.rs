@@ -58,6 +58,29 @@ pub fn line_total(qty: u32, unit_price: i64) -> Result<i64, InvalidMoney> {
         .ok_or_else(|| InvalidMoney("line total is too large".into()))
 }
 
+/// A catalog price: what one unit of a SKU costs, in minor units of its
+/// currency. Bounded like an order line's price (`0..=MAX_AMOUNT`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Price {
+    pub amount: i64,
+    pub currency: Currency,
+}
+
+impl Price {
+    pub fn new(amount: i64, currency: Currency) -> Result<Self, InvalidMoney> {
+        if !(0..=MAX_AMOUNT).contains(&amount) {
+            return Err(InvalidMoney(format!("price must be an integer from 0 to {MAX_AMOUNT} in minor units")));
+        }
+        Ok(Self { amount, currency })
+    }
+}
+
+impl fmt::Display for Price {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.amount, self.currency)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -64,27 +64,35 @@ pub fn admin_order_view(r: &OrderRecord) -> Value {
 }
 
 fn stock_view(s: &crate::store::Stock) -> Value {
-    json!({"sku": s.sku, "available": s.available, "reserved": s.reserved, "sold": s.sold})
+    json!({
+        "sku": s.sku, "available": s.available, "reserved": s.reserved, "sold": s.sold,
+        "price": s.price, "currency": s.currency,
+    })
 }
 
 /// Upper bound of an operator's stock count or adjustment.
 const MAX_STOCK: i64 = 1_000_000_000;
 
 /// What `PUT /admin/skus/{sku}` asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StockChange {
-    /// `{"available": N}`: seed a SKU that does not exist yet.
-    Seed(i64),
+    /// `{"available": N, "price": P, "currency": C}`: seed a SKU that does
+    /// not exist yet, with its catalog price.
+    Seed { available: i64, price: Price },
     /// `{"available": N, "if_available": M}`: compare-and-swap.
     Swap { available: i64, expected: i64 },
     /// `{"adjust": D}`: add D (may be negative) if the result stays >= 0.
     Adjust(i64),
+    /// `{"price": P, "currency": C}`: a live SKU's new catalog price. Open
+    /// orders keep the price they were created with.
+    Reprice(Price),
 }
 
 impl StockChange {
     pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
         let obj = json_object(body)?;
-        if let Some(k) = obj.keys().find(|k| !["available", "if_available", "adjust"].contains(&k.as_str())) {
+        let known = ["available", "if_available", "adjust", "price", "currency"];
+        if let Some(k) = obj.keys().find(|k| !known.contains(&k.as_str())) {
             return Err(ApiError::invalid(format!("{k} is not a known field")));
         }
         let int = |name: &str, range: std::ops::RangeInclusive<i64>| -> Result<Option<i64>, ApiError> {
@@ -98,13 +106,36 @@ impl StockChange {
         let available = int("available", 0..=MAX_STOCK)?;
         let expected = int("if_available", 0..=MAX_STOCK)?;
         let adjust = int("adjust", -MAX_STOCK..=MAX_STOCK)?;
-        match (available, expected, adjust) {
-            (Some(a), None, None) => Ok(Self::Seed(a)),
-            (Some(available), Some(expected), None) => Ok(Self::Swap { available, expected }),
-            (None, None, Some(0)) => Err(ApiError::invalid("adjust must not be 0")),
-            (None, None, Some(d)) => Ok(Self::Adjust(d)),
-            (None, Some(_), None) => Err(ApiError::invalid("if_available needs available")),
-            (None, None, None) => Err(ApiError::invalid("send available (with if_available for a live SKU) or adjust")),
+        let amount = int("price", 0..=money::MAX_AMOUNT)?;
+        let currency = match obj.get("currency") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(c)) => Some(Currency::parse(c.clone()).map_err(|e| ApiError::invalid(e.0))?),
+            Some(_) => return Err(ApiError::invalid("currency must be a string (ISO 4217, e.g. \"EUR\")")),
+        };
+        let price = match (amount, currency) {
+            (Some(a), Some(c)) => Some(Price::new(a, c).map_err(|e| ApiError::invalid(e.0))?),
+            (Some(_), None) => return Err(ApiError::invalid("currency is required with price")),
+            (None, Some(_)) => return Err(ApiError::invalid("price is required with currency")),
+            (None, None) => None,
+        };
+        match (available, expected, adjust, price) {
+            (Some(available), None, None, Some(price)) => Ok(Self::Seed { available, price }),
+            (Some(_), None, None, None) => Err(ApiError::invalid(
+                "price and currency are required with available to seed a new SKU (a live SKU's count changes \
+                 with if_available or adjust)",
+            )),
+            (Some(available), Some(expected), None, None) => Ok(Self::Swap { available, expected }),
+            (None, None, Some(0), None) => Err(ApiError::invalid("adjust must not be 0")),
+            (None, None, Some(d), None) => Ok(Self::Adjust(d)),
+            (None, None, None, Some(price)) => Ok(Self::Reprice(price)),
+            (_, Some(_), _, Some(_)) | (_, _, Some(_), Some(_)) => Err(ApiError::invalid(
+                "price and currency change a live SKU on their own, not with if_available or adjust",
+            )),
+            (None, Some(_), None, None) => Err(ApiError::invalid("if_available needs available")),
+            (None, None, None, None) => Err(ApiError::invalid(
+                "send available with price and currency (a new SKU), available with if_available, adjust, or \
+                 price with currency",
+            )),
             _ => Err(ApiError::invalid("send either available (with optional if_available) or adjust, not both")),
         }
     }
@@ -113,24 +144,26 @@ impl StockChange {
 /// PUT /admin/skus/{sku}. A live SKU's count is only changed relative to
 /// what the operator saw (`if_available`) or by an amount (`adjust`), never
 /// overwritten: orders reserve and release stock concurrently, and a blind
-/// set would silently create or destroy units.
+/// set would silently create or destroy units. A price change touches only
+/// the price: open orders keep theirs, and the counts are left alone.
 pub async fn put_stock<S: OrderStore>(store: &S, sku: &str, body: &[u8]) -> Result<Value, ApiError> {
     let sku = Sku::parse(sku).map_err(|e| ApiError::invalid(e.0))?;
     let change = StockChange::parse(body)?;
-    let applied = match change {
-        StockChange::Seed(a) => store.put_stock(&sku, a, None).await?,
-        StockChange::Swap { available, expected } => store.put_stock(&sku, available, Some(expected)).await?,
-        StockChange::Adjust(d) => store.adjust_stock(&sku, d).await?,
+    let applied = match &change {
+        StockChange::Seed { available, price } => store.seed_stock(&sku, *available, price).await?,
+        StockChange::Swap { available, expected } => store.swap_stock(&sku, *available, *expected).await?,
+        StockChange::Adjust(d) => store.adjust_stock(&sku, *d).await?,
+        StockChange::Reprice(price) => store.set_price(&sku, price).await?,
     };
     if applied == Cas::Rejected {
         // The write changed nothing; this read only explains why.
         let now = store.stock(&sku).await?;
         return Err(match (change, now) {
-            (StockChange::Seed(_), Some(s)) => ApiError::conflict(
+            (StockChange::Seed { .. }, Some(s)) => ApiError::conflict(
                 "stock_exists",
                 format!(
                     "sku {sku} already exists (available {}, reserved {}); send if_available with the count you \
-                     read, or adjust with a relative change",
+                     read, or adjust with a relative change (price with currency changes its price)",
                     s.available, s.reserved
                 ),
             ),
@@ -145,7 +178,13 @@ pub async fn put_stock<S: OrderStore>(store: &S, sku: &str, body: &[u8]) -> Resu
                 "insufficient_stock",
                 format!("available is {}; adjusting by {d} would make it negative", s.available),
             ),
-            (_, None) => ApiError::not_found(format!("sku {sku} (seed it with {{\"available\": N}})")),
+            // The only condition of a price change is that the SKU exists.
+            (StockChange::Reprice(_), Some(_)) => {
+                ApiError::Internal(crate::ports::Unavailable::new("set price", "refused on an existing sku"))
+            }
+            (_, None) => ApiError::not_found(format!(
+                "sku {sku} (seed it with {{\"available\": N, \"price\": P, \"currency\": \"EUR\"}})"
+            )),
         });
     }
     let stock = store.stock(&sku).await?.ok_or_else(|| ApiError::not_found(format!("sku {sku}")))?;
@@ -220,4 +259,53 @@ pub async fn get_coupon<S: OrderStore>(store: &S, coupon_id: &str) -> Result<Val
     let id = CouponId::parse(coupon_id).map_err(|_| ApiError::not_found(format!("coupon {coupon_id}")))?;
     let c = store.coupon(&id).await?.ok_or_else(|| ApiError::not_found(format!("coupon {coupon_id}")))?;
     Ok(coupon_view(&c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eur(amount: i64) -> Price {
+        Price::new(amount, Currency::parse("EUR").unwrap()).unwrap()
+    }
+
+    fn err(body: &str) -> String {
+        match StockChange::parse(body.as_bytes()) {
+            Err(ApiError::Refused { code: "invalid_request", message, .. }) => message,
+            other => panic!("expected invalid_request, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_stock_forms_parse() {
+        let parse = |b: &str| StockChange::parse(b.as_bytes()).unwrap();
+        assert_eq!(
+            parse(r#"{"available": 5, "price": 1299, "currency": "EUR"}"#),
+            StockChange::Seed { available: 5, price: eur(1299) }
+        );
+        assert_eq!(parse(r#"{"available": 5, "if_available": 3}"#), StockChange::Swap { available: 5, expected: 3 });
+        assert_eq!(parse(r#"{"adjust": -2}"#), StockChange::Adjust(-2));
+        assert_eq!(parse(r#"{"price": 0, "currency": "EUR"}"#), StockChange::Reprice(eur(0)));
+    }
+
+    #[test]
+    fn every_refused_stock_form_names_its_field() {
+        assert!(err(r#"{"available": 5}"#).contains("price and currency are required"));
+        assert!(err(r#"{"available": 5, "price": 1}"#).contains("currency is required"));
+        assert!(err(r#"{"currency": "EUR"}"#).contains("price is required"));
+        assert!(err(r#"{"price": -1, "currency": "EUR"}"#).starts_with("price must be an integer"));
+        assert!(err(r#"{"price": 12.5, "currency": "EUR"}"#).starts_with("price must be an integer"));
+        assert!(err(r#"{"price": "1299", "currency": "EUR"}"#).starts_with("price must be an integer"));
+        assert!(err(r#"{"price": 1000000000001, "currency": "EUR"}"#).starts_with("price must be an integer"));
+        assert!(err(r#"{"price": 1, "currency": "eur"}"#).starts_with("currency must be"));
+        assert!(err(r#"{"price": 1, "currency": 978}"#).starts_with("currency must be"));
+        assert!(err(r#"{"price": 1, "currency": "EUR", "adjust": 1}"#).contains("not with if_available or adjust"));
+        assert!(err(r#"{"price": 1, "currency": "EUR", "available": 1, "if_available": 0}"#)
+            .contains("not with if_available or adjust"));
+        assert!(err(r#"{"price": 1, "currency": "EUR", "cost": 1}"#).starts_with("cost is not a known field"));
+        assert!(err(r#"{"available": -1, "price": 1, "currency": "EUR"}"#).starts_with("available must be"));
+        assert!(err(r#"{"if_available": 1}"#).contains("if_available needs available"));
+        assert!(err(r#"{"adjust": 0}"#).starts_with("adjust must not be 0"));
+        assert!(err("{}").contains("price with currency"));
+    }
 }
