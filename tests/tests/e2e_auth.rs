@@ -174,3 +174,56 @@ async fn each_channel_is_checked_with_its_own_secret_only() {
         api.send("POST", "/payments/nowhere/notify", &[("X-Signature", &signed_by_sandbox)], Some(&body), false).await;
     assert_eq!((unknown.status, unknown.error_code()), (404, "not_found"), "{unknown:?}");
 }
+
+#[tokio::test]
+async fn a_price_the_buyer_saw_that_differs_from_the_catalog_is_409_and_writes_nothing() {
+    let api = Api::new();
+    let buyer = unique("price-guard");
+    let sku = unique("price");
+    api.put_stock(&sku, 5).await; // catalog: PRICE EUR
+    let stale = json!({"currency": "EUR", "items": [{"sku": sku, "qty": 1, "unit_price": PRICE - 100}]}).to_string();
+    let r = api.send_as(&buyer, "POST", "/orders", &[("Idempotency-Key", &unique("k"))], Some(&stale)).await;
+    assert_eq!((r.status, r.error_code()), (409, "price_changed"), "{r:?}");
+    assert!(r.body["error"]["message"].as_str().unwrap().contains(&sku), "{r:?}");
+    let stock = api.stock(&sku).await;
+    assert_eq!((stock["available"].as_i64(), stock["reserved"].as_i64()), (Some(5), Some(0)), "{stock}");
+    // Without a guard the catalog price is charged, whatever the buyer wished.
+    let free = json!({"currency": "EUR", "items": [{"sku": sku, "qty": 2}]}).to_string();
+    let ok = api.send_as(&buyer, "POST", "/orders", &[("Idempotency-Key", &unique("k"))], Some(&free)).await;
+    assert_eq!(ok.status, 201, "{ok:?}");
+    assert_eq!(
+        (ok.body["amount_total"].as_i64(), ok.body["items"][0]["unit_price"].as_i64()),
+        (Some(2 * PRICE), Some(PRICE))
+    );
+}
+
+#[tokio::test]
+async fn a_catalog_price_change_leaves_existing_orders_and_their_payment_amount_alone() {
+    let api = Api::new();
+    let buyer = unique("price-keep");
+    let (id, sku) = order_of(&api, &buyer, 5).await;
+    let changed = api
+        .send(
+            "PUT",
+            &format!("/admin/skus/{sku}"),
+            &[],
+            Some(&json!({"price": PRICE * 3, "currency": "EUR"}).to_string()),
+            true,
+        )
+        .await;
+    assert_eq!(changed.status, 200, "{changed:?}");
+    assert_eq!(changed.body["price"], PRICE * 3);
+    let order = api.get_order(&id).await.body;
+    assert_eq!(
+        (order["amount_total"].as_i64(), order["items"][0]["unit_price"].as_i64()),
+        (Some(PRICE), Some(PRICE)),
+        "{order}"
+    );
+    let pay = api.start_payment(&id).await;
+    assert_eq!((pay.status, pay.body["amount"].as_i64()), (201, Some(PRICE)), "{pay:?}");
+    // A new order pays the new price; the stock counts were not touched by the change.
+    let new = api.create_order(&unique("k"), &order_body(&buyer, &sku, 1, None)).await;
+    assert_eq!((new.status, new.error_code()), (409, "price_changed"), "order_body still shows the old price: {new:?}");
+    let stock = api.stock(&sku).await;
+    assert_eq!((stock["available"].as_i64(), stock["reserved"].as_i64()), (Some(4), Some(1)), "{stock}");
+}
