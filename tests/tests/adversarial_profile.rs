@@ -71,3 +71,97 @@ fn every_function_that_settles_a_payment_may_run_the_condition_check_of_its_tran
         );
     }
 }
+
+/// The 413 boundary, end to end: a valid order body of exactly the limit
+/// is an order; one byte more is 413 and holds no stock. (Needs the local
+/// stack: `.local/stack.env`.)
+#[tokio::test]
+async fn e2e_a_body_of_exactly_the_limit_is_taken_and_one_byte_more_is_413() {
+    use order_core::handlers::api::MAX_BODY_BYTES;
+    use system_tests::*;
+    let api = Api::new();
+    let buyer = unique("adv-limit");
+    let sku = unique("adv-limit");
+    api.put_stock(&sku, 5).await;
+    let padded = |len: usize| {
+        let body = order_body(&buyer, &sku, 1, None).to_string();
+        // JSON whitespace before the closing brace: the same order, longer.
+        let mut b = body[..body.len() - 1].to_owned();
+        b.push_str(&" ".repeat(len - body.len()));
+        b.push('}');
+        assert_eq!(b.len(), len);
+        b
+    };
+    let over = api
+        .send_as(&buyer, "POST", "/orders", &[("Idempotency-Key", "k-over")], Some(&padded(MAX_BODY_BYTES + 1)))
+        .await;
+    assert_eq!((over.status, over.error_code()), (413, "payload_too_large"), "{over:?}");
+    assert_eq!(api.stock(&sku).await["reserved"], 0, "a refused body holds nothing");
+    let at =
+        api.send_as(&buyer, "POST", "/orders", &[("Idempotency-Key", "k-at")], Some(&padded(MAX_BODY_BYTES))).await;
+    assert_eq!(at.status, 201, "{at:?}");
+    assert_eq!(api.stock(&sku).await["reserved"], 1);
+}
+
+/// Payment keys are per buyer: a stranger replaying the owner's key on the
+/// owner's order is 404 and opens nothing; the same key on the stranger's
+/// own order is a new attempt of that order, never the owner's.
+#[tokio::test]
+async fn e2e_a_payment_key_replayed_by_another_buyer_neither_reaches_nor_returns_the_owners_attempt() {
+    use system_tests::*;
+    let api = Api::new();
+    let (owner, stranger) = (unique("adv-owner"), unique("adv-stranger"));
+    let sku = unique("adv-paykey");
+    api.put_stock(&sku, 5).await;
+    let mine = api.create_order(&unique("k"), &order_body(&owner, &sku, 1, None)).await;
+    let theirs = api.create_order(&unique("k"), &order_body(&stranger, &sku, 1, None)).await;
+    let (mine, theirs) = (mine.body["order_id"].as_str().unwrap(), theirs.body["order_id"].as_str().unwrap());
+    let key = unique("shared-key");
+    let paid = api.start_payment_with_key(mine, &key).await;
+    assert_eq!(paid.status, 201, "{paid:?}");
+    let body = Some(r#"{"channel":"sandbox"}"#);
+    let hijack =
+        api.send_as(&stranger, "POST", &format!("/orders/{mine}/payments"), &[("Idempotency-Key", &key)], body).await;
+    assert_eq!(hijack.status, 404, "{hijack:?}");
+    let own =
+        api.send_as(&stranger, "POST", &format!("/orders/{theirs}/payments"), &[("Idempotency-Key", &key)], body).await;
+    assert_eq!(own.status, 201, "{own:?}");
+    assert_eq!(own.body["order_id"], theirs);
+    assert_ne!(own.body["payment_id"], paid.body["payment_id"]);
+    assert_eq!(api.admin_order(mine).await.body["payment_attempts"], 1);
+}
+
+/// A price edit on a SKU that does not exist creates nothing; a price
+/// change racing stock adjustments leaves the counts exactly as the
+/// adjustments make them.
+#[tokio::test]
+async fn e2e_a_price_edit_never_creates_a_sku_nor_changes_its_counts() {
+    use system_tests::*;
+    let api = Api::new();
+    let ghost = unique("adv-ghost");
+    let put = |sku: String, body: Value| {
+        let api = &api;
+        async move { api.send("PUT", &format!("/admin/skus/{sku}"), &[], Some(&body.to_string()), true).await }
+    };
+    let r = put(ghost.clone(), json!({"price": 100, "currency": "EUR"})).await;
+    assert_eq!(r.status, 404, "{r:?}");
+    let g = api.send("GET", &format!("/admin/skus/{ghost}"), &[], None, true).await;
+    assert_eq!(g.status, 404, "a price edit created the sku: {g:?}");
+
+    let sku = unique("adv-race");
+    api.put_stock(&sku, 100).await;
+    let mut calls = Vec::new();
+    for i in 0..10 {
+        calls.push(put(sku.clone(), json!({"adjust": 1})));
+        calls.push(put(sku.clone(), json!({"price": 1000 + i, "currency": "EUR"})));
+    }
+    for r in futures::future::join_all(calls).await {
+        assert_eq!(r.status, 200, "{r:?}");
+    }
+    let s = api.stock(&sku).await;
+    assert_eq!(
+        (s["available"].as_i64(), s["reserved"].as_i64(), s["sold"].as_i64()),
+        (Some(110), Some(0), Some(0)),
+        "{s}"
+    );
+}
