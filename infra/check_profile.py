@@ -40,6 +40,7 @@ RULE_CASES: list[tuple[dict, str | None]] = [
     ({"Stage": "prod", "BuyerAuthIssuer": "https://login.example.com", "BuyerAuthAudience": "app-1,app-2"}, None),
     ({"Stage": "prod", "FaultInjection": "on"}, "ProdRefusesFaultInjection"),
     ({"Stage": "prod", "EnableSandboxChannel": "true"}, "ProdRefusesSandboxChannel"),
+    ({"Stage": "prod", "LocalApiId": "abc123"}, "ProdRefusesLocalApiId"),
     ({"Stage": "dev", "EnableSandboxChannel": "true",
       "SandboxWebhookSecretParameterName": "/order-expiry/webhook-secret"}, "SandboxHasItsOwnSecret"),
     ({"Stage": "prod", "PaymentChannelName": "sandbox"}, "SandboxHasItsOwnSecret"),

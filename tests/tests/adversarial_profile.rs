@@ -165,3 +165,27 @@ async fn e2e_a_price_edit_never_creates_a_sku_nor_changes_its_counts() {
         "{s}"
     );
 }
+
+/// `LocalApiId` is an emulator-only switch, and setting it silently drops
+/// production protections (the SQS mappings' MaximumConcurrency, which
+/// keeps a create flood from starving close and settle, and the event
+/// archive). A prod stack must refuse it like the other test switches.
+#[test]
+fn a_prod_stack_refuses_the_emulator_only_api_id() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let script = r#"
+import sys
+sys.path.insert(0, "infra")
+from check_profile import refusing_rules
+from template_check import load
+print(",".join(refusing_rules(load(), {"Stage": "prod", "LocalApiId": "abc123"})))
+"#;
+    let out = std::process::Command::new(root.join(".venv/bin/python"))
+        .args(["-c", script])
+        .current_dir(&root)
+        .output()
+        .expect("the tools venv (infra/tools.sh)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let refused = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(!refused.is_empty(), "a prod stack with LocalApiId set deploys (no rule refuses it)");
+}
