@@ -189,3 +189,55 @@ print(",".join(refusing_rules(load(), {"Stage": "prod", "LocalApiId": "abc123"})
     let refused = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     assert!(!refused.is_empty(), "a prod stack with LocalApiId set deploys (no rule refuses it)");
 }
+
+/// OIDC subjects with `|` and `@` through the create transaction on
+/// DynamoDB Local: the idempotency key stays per buyer (a look-alike
+/// subject's same key is a new order, not a replay of another's), a coupon
+/// is lockable only by the exact subject it was issued to, and a refused
+/// create writes nothing. (Needs DYNAMODB_LOCAL_ENDPOINT.)
+#[tokio::test]
+async fn ddb_oidc_subjects_keep_keys_and_coupons_per_buyer() {
+    use order_core::domain::*;
+    use order_core::store::{OrderStore, PutCoupon};
+    use order_core::usecases::create_order::CreateOrder;
+    use system_tests::fakes::FixedClock;
+    use system_tests::fixtures::{available_coupon, eur};
+    use system_tests::{dynamodb_local, fresh_table};
+    const T0: i64 = 1_800_000_000_000;
+    let store = fresh_table(&dynamodb_local().await).await;
+    let clock = FixedClock::at(T0);
+    let uc = CreateOrder {
+        store: store.clone(),
+        clock: Box::new(clock.clone()),
+        ids: Box::new(order_core::ports::RandomIds),
+        window: std::time::Duration::from_secs(1800),
+        expiry_rule_version: "w".into(),
+    };
+    let sku = Sku::parse("A").unwrap();
+    store.seed_stock(&sku, 10, &eur(250)).await.unwrap();
+    let jo = UserId::parse("auth0|jo@example.com").unwrap();
+    let look_alike = UserId::parse("auth0|jo").unwrap();
+    let c = available_coupon("C1", jo.as_str(), Timestamp::from_unix_millis(T0 + 86_400_000));
+    assert_eq!(store.put_coupon(&c).await.unwrap(), PutCoupon::Stored);
+    let count = || async { store.client().scan().table_name(store.table()).send().await.unwrap().count as usize };
+
+    let with_coupon = json!({"currency": "EUR", "items": [{"sku": "A", "qty": 1}], "coupon_id": "C1"}).to_string();
+    let before = count().await;
+    let stolen = uc.execute(&look_alike, Some("k1"), with_coupon.as_bytes()).await;
+    assert!(stolen.is_err(), "a look-alike subject locked another buyer's coupon: {stolen:?}");
+    assert_eq!(count().await, before, "a refused create wrote something");
+
+    let mine = uc.execute(&jo, Some("k1"), with_coupon.as_bytes()).await.unwrap();
+    assert!(!mine.replayed);
+    assert_eq!(mine.order.user_id, jo);
+    let again = uc.execute(&jo, Some("k1"), with_coupon.as_bytes()).await.unwrap();
+    assert!(again.replayed && again.order.order_id == mine.order.order_id);
+    let plain = json!({"currency": "EUR", "items": [{"sku": "A", "qty": 1}]}).to_string();
+    let theirs = uc.execute(&look_alike, Some("k1"), plain.as_bytes()).await.unwrap();
+    assert!(!theirs.replayed, "the look-alike's key replayed another buyer's order");
+    assert_ne!(theirs.order.order_id, mine.order.order_id);
+    let coupon = store.coupon(&CouponId::parse("C1").unwrap()).await.unwrap().unwrap();
+    assert_eq!(coupon.locked_by.as_ref(), Some(&mine.order.order_id));
+    let s = store.stock(&sku).await.unwrap().unwrap();
+    assert_eq!((s.available, s.reserved), (8, 2));
+}
