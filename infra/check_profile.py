@@ -7,7 +7,8 @@ end-to-end tests cannot show what a prod stack refuses or which routes need
 which caller. These checks read the template as CloudFormation would:
 
   rules     the Rules evaluated for parameter sets that must be refused (prod
-            with fault injection or the sandbox, the sandbox signing with the
+            with fault injection, the sandbox or the emulator's LocalApiId, the
+            sandbox signing with the
             provider's secret, half an auth setting) and sets that must deploy
             (prod defaults, the local dev deploy, an external OIDC issuer)
   prod      a prod translation (defaults) has no sandbox resource or route, no
