@@ -7,7 +7,8 @@ end-to-end tests cannot show what a prod stack refuses or which routes need
 which caller. These checks read the template as CloudFormation would:
 
   rules     the Rules evaluated for parameter sets that must be refused (prod
-            with fault injection or the sandbox, the sandbox signing with the
+            with fault injection, the sandbox or the emulator's LocalApiId, the
+            sandbox signing with the
             provider's secret, half an auth setting) and sets that must deploy
             (prod defaults, the local dev deploy, an external OIDC issuer)
   prod      a prod translation (defaults) has no sandbox resource or route, no
@@ -40,6 +41,7 @@ RULE_CASES: list[tuple[dict, str | None]] = [
     ({"Stage": "prod", "BuyerAuthIssuer": "https://login.example.com", "BuyerAuthAudience": "app-1,app-2"}, None),
     ({"Stage": "prod", "FaultInjection": "on"}, "ProdRefusesFaultInjection"),
     ({"Stage": "prod", "EnableSandboxChannel": "true"}, "ProdRefusesSandboxChannel"),
+    ({"Stage": "prod", "LocalApiId": "abc123"}, "ProdRefusesLocalApiId"),
     ({"Stage": "dev", "EnableSandboxChannel": "true",
       "SandboxWebhookSecretParameterName": "/order-expiry/webhook-secret"}, "SandboxHasItsOwnSecret"),
     ({"Stage": "prod", "PaymentChannelName": "sandbox"}, "SandboxHasItsOwnSecret"),
