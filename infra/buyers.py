@@ -60,12 +60,29 @@ class Buyers:
         return token, user_id
 
 
+def load_stack_env(path: str) -> None:
+    """The local stack's settings (.local/stack.env), without overriding the environment."""
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#") and "=" in line:
+                k, v = line.split("=", 1)
+                os.environ.setdefault(k, v)
+
+
 if __name__ == "__main__":
     import sys
 
     if len(sys.argv) != 2 or sys.argv[1] in ("-h", "--help"):
-        print("usage: .venv/bin/python infra/buyers.py NAME   (with .local/stack.env exported)\n"
-              "prints NAME's access token and user id (creating the buyer on first use)")
+        print("usage: .venv/bin/python infra/buyers.py NAME\n"
+              "prints NAME's access token and user id as ACCESS_TOKEN=… and USER_ID=… lines\n"
+              "(creating the buyer on first use); reads .local/stack.env unless the\n"
+              "environment already names the pool (BUYER_USER_POOL_ID, BUYER_USER_POOL_CLIENT_ID)")
         sys.exit(0 if len(sys.argv) == 2 else 2)
+    if "BUYER_USER_POOL_ID" not in os.environ:
+        env_file = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".local", "stack.env")
+        if not os.path.exists(env_file):
+            sys.exit("no .local/stack.env: start the local stack first (infra/local.sh up)")
+        load_stack_env(env_file)
     tok, uid = Buyers().sign_in(sys.argv[1])
     print(f"ACCESS_TOKEN={tok}\nUSER_ID={uid}")
