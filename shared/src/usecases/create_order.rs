@@ -223,12 +223,12 @@ impl<S: OrderStore> CreateOrder<S> {
         };
         let req = CreateOrderRequest::parse(buyer, body)?;
         let claim = IdempotencyClaim { user_id: req.user_id.clone(), key, request_hash: req.request_hash() };
+        // The catalog as read prices the order; the transaction below is
+        // conditional on those prices, so it never writes stale ones.
         let skus: Vec<Sku> = req.items.iter().map(|l| l.sku.clone()).collect();
         let catalog = self.store.stocks(&skus).await?;
-        let (items, amount_total) = match req.price_lines(&catalog).and_then(|lines| {
-            let total = amount_total(&lines)?;
-            Ok((lines, total))
-        }) {
+        let priced = req.price_lines(&catalog).and_then(|lines| Ok((amount_total(&lines)?, lines)));
+        let (amount_total, items) = match priced {
             Ok(priced) => priced,
             Err(refusal) => return self.refuse_unless_claimed(&claim, refusal).await,
         };
