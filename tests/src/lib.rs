@@ -651,6 +651,29 @@ pub fn body_buyer(body: &[u8]) -> UserId {
     UserId::parse(v["user_id"].as_str().expect("the body names user_id")).expect("a valid user id")
 }
 
+/// `CreateOrder::execute` as the buyer the body names ([`body_buyer`]).
+#[async_trait::async_trait]
+pub trait CreateAsNamed {
+    async fn execute_as_named(
+        &self,
+        key: Option<&str>,
+        body: &[u8],
+    ) -> Result<order_core::usecases::create_order::Created, order_core::error::ApiError>;
+}
+
+#[async_trait::async_trait]
+impl<S: order_core::store::OrderStore + Send + Sync> CreateAsNamed
+    for order_core::usecases::create_order::CreateOrder<S>
+{
+    async fn execute_as_named(
+        &self,
+        key: Option<&str>,
+        body: &[u8],
+    ) -> Result<order_core::usecases::create_order::Created, order_core::error::ApiError> {
+        self.execute(&body_buyer(body), key, body).await
+    }
+}
+
 /// Runs one check of a template-checking script under `infra/` with the
 /// repo's `.venv` Python (`infra/<script> <check>`), failing the test with
 /// the script's findings when it exits non-zero. No stack is needed.

@@ -21,9 +21,9 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use system_tests::body_buyer;
 use system_tests::fakes::{FixedClock, RecordedWakeUps};
 use system_tests::fixtures::eur;
+use system_tests::CreateAsNamed;
 use system_tests::{dynamodb_local, fresh_table};
 
 const T0: i64 = 1_800_000_000_000;
@@ -104,13 +104,9 @@ impl World {
         if let Some(c) = coupon {
             body["coupon_id"] = json!(c);
         }
-        uc.execute(
-            &body_buyer(body.to_string().as_bytes()),
-            Some(&format!("k{}", rand::random::<u64>())),
-            body.to_string().as_bytes(),
-        )
-        .await
-        .map(|c| c.order)
+        uc.execute_as_named(Some(&format!("k{}", rand::random::<u64>())), body.to_string().as_bytes())
+            .await
+            .map(|c| c.order)
     }
 
     fn payments(&self) -> StartPayment<'_, DynamoStore, Ledger> {

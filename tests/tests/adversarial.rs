@@ -24,9 +24,9 @@ use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use system_tests::body_buyer;
 use system_tests::fakes::*;
 use system_tests::fixtures::eur;
+use system_tests::CreateAsNamed;
 use system_tests::{dynamodb_local, fresh_table};
 
 const T0: i64 = 1_800_000_000_000;
@@ -104,14 +104,10 @@ impl World {
             expiry_rule_version: "w60".into(),
         };
         let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 3, "unit_price": 100}]});
-        uc.execute(
-            &body_buyer(body.to_string().as_bytes()),
-            Some(&format!("k{}", rand::random::<u64>())),
-            body.to_string().as_bytes(),
-        )
-        .await
-        .unwrap()
-        .order
+        uc.execute_as_named(Some(&format!("k{}", rand::random::<u64>())), body.to_string().as_bytes())
+            .await
+            .unwrap()
+            .order
     }
 
     async fn with_attempt(&self, order: &Order) -> PaymentAttempt {

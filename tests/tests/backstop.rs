@@ -20,8 +20,8 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use system_tests::body_buyer;
 use system_tests::fakes::*;
+use system_tests::CreateAsNamed;
 use system_tests::{dynamodb_local, fresh_table};
 
 const T0: i64 = 1_800_000_000_000;
@@ -83,11 +83,7 @@ impl World {
     async fn order(&self) -> Order {
         let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
         let key = format!("k{}", rand::random::<u64>());
-        self.creator(WINDOW, "w60")
-            .execute(&body_buyer(body.to_string().as_bytes()), Some(&key), body.to_string().as_bytes())
-            .await
-            .unwrap()
-            .order
+        self.creator(WINDOW, "w60").execute_as_named(Some(&key), body.to_string().as_bytes()).await.unwrap().order
     }
 
     async fn with_attempt(&self, order: &Order) -> PaymentAttempt {
@@ -415,19 +411,11 @@ async fn a_force_check_runs_the_close_use_case_and_records_who_asked_and_what_it
 async fn a_new_payment_window_leaves_existing_orders_expire_at_and_rule_alone() {
     let w = World::new().await;
     let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
-    let before = w
-        .creator(WINDOW, "window-60s")
-        .execute(&body_buyer(body.to_string().as_bytes()), Some("k1"), body.to_string().as_bytes())
-        .await
-        .unwrap()
-        .order;
+    let before =
+        w.creator(WINDOW, "window-60s").execute_as_named(Some("k1"), body.to_string().as_bytes()).await.unwrap().order;
     // "Redeployed" with a ten-minute window.
     let redeployed = w.creator(Duration::from_secs(600), "window-600s");
-    let after = redeployed
-        .execute(&body_buyer(body.to_string().as_bytes()), Some("k2"), body.to_string().as_bytes())
-        .await
-        .unwrap()
-        .order;
+    let after = redeployed.execute_as_named(Some("k2"), body.to_string().as_bytes()).await.unwrap().order;
     let stored = w.store.order(&before.order_id).await.unwrap().unwrap();
     assert_eq!(stored.expire_at, Timestamp::from_unix_millis(T0 + 60_000));
     assert_eq!(stored.expiry_rule_version, "window-60s");
@@ -446,12 +434,7 @@ async fn a_coupon_lock_another_release_already_ended_counts_as_done_not_as_a_bre
     w.store.put_coupon(&coupon).await.unwrap();
     let body = json!({"user_id": "u1", "currency": "EUR", "coupon_id": "C-RULE",
                       "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
-    let o = w
-        .creator(WINDOW, "w60")
-        .execute(&body_buyer(body.to_string().as_bytes()), Some("kc"), body.to_string().as_bytes())
-        .await
-        .unwrap()
-        .order;
+    let o = w.creator(WINDOW, "w60").execute_as_named(Some("kc"), body.to_string().as_bytes()).await.unwrap().order;
     w.clock.set(T0 + 60_000);
     assert_eq!(w.closer().close(&o.order_id, "t").await.unwrap(), CloseOutcome::Closed);
     // A first release returned the coupon and died before the rest; then an

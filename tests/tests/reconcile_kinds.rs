@@ -14,9 +14,9 @@ use order_core::usecases::reconcile::{reconcile, Bounds, Report};
 use order_core::usecases::refunds::REFUND_REDRIVE_AFTER;
 use serde_json::json;
 use std::time::Duration;
-use system_tests::body_buyer;
 use system_tests::fakes::FixedClock;
 use system_tests::fixtures::eur;
+use system_tests::CreateAsNamed;
 use system_tests::{dynamodb_local, fresh_table};
 
 const T0: i64 = 1_800_000_000_000;
@@ -50,11 +50,7 @@ impl World {
             body["coupon_id"] = json!(c);
         }
         let key = format!("k{}", rand::random::<u64>());
-        create
-            .execute(&body_buyer(body.to_string().as_bytes()), Some(&key), body.to_string().as_bytes())
-            .await
-            .unwrap()
-            .order
+        create.execute_as_named(Some(&key), body.to_string().as_bytes()).await.unwrap().order
     }
 
     async fn attempt(&self, order: &Order) -> PaymentAttempt {

@@ -13,9 +13,9 @@ use serde_json::json;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use system_tests::body_buyer;
 use system_tests::fakes::FixedClock;
 use system_tests::fixtures::eur;
+use system_tests::CreateAsNamed;
 use system_tests::{dynamodb_local, fresh_table};
 
 const T0: i64 = 1_800_000_000_000;
@@ -33,11 +33,7 @@ async fn pending_refund(clock: &FixedClock) -> (DynamoStore, Refund) {
         expiry_rule_version: "t".into(),
     };
     let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
-    let order = create
-        .execute(&body_buyer(body.to_string().as_bytes()), Some("k1"), body.to_string().as_bytes())
-        .await
-        .unwrap()
-        .order;
+    let order = create.execute_as_named(Some("k1"), body.to_string().as_bytes()).await.unwrap().order;
     let mut attempts = Vec::new();
     for i in 0..2 {
         let order = store.order(&order.order_id).await.unwrap().unwrap();

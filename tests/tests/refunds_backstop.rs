@@ -11,9 +11,9 @@ use order_core::usecases::create_order::CreateOrder;
 use order_core::usecases::refunds::{process_refund, RefundOutcome, MAX_REFUND_TRIES, REFUND_REDRIVE_AFTER};
 use serde_json::json;
 use std::time::Duration;
-use system_tests::body_buyer;
 use system_tests::fakes::{FixedClock, ScriptedChannel};
 use system_tests::fixtures::eur;
+use system_tests::CreateAsNamed;
 use system_tests::{dynamodb_local, fresh_table};
 
 const T0: i64 = 1_800_000_000_000;
@@ -31,11 +31,7 @@ async fn late_refund(clock: &FixedClock) -> (DynamoStore, Refund) {
         expiry_rule_version: "t".into(),
     };
     let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
-    let order = create
-        .execute(&body_buyer(body.to_string().as_bytes()), Some("k1"), body.to_string().as_bytes())
-        .await
-        .unwrap()
-        .order;
+    let order = create.execute_as_named(Some("k1"), body.to_string().as_bytes()).await.unwrap().order;
     let a = system_tests::fixtures::processing_attempt(&order, clock.now());
     assert_eq!(store.record_attempt(&order, &a).await.unwrap(), AttemptResult::Recorded);
     let order = store.order(&order.order_id).await.unwrap().unwrap();

@@ -9,9 +9,9 @@ use order_core::store::*;
 use order_core::usecases::create_order::CreateOrder;
 use serde_json::json;
 use std::time::Duration;
-use system_tests::body_buyer;
 use system_tests::fakes::FixedClock;
 use system_tests::fixtures::eur;
+use system_tests::CreateAsNamed;
 use system_tests::{dynamodb_local, fresh_table};
 
 const T0: i64 = 1_800_000_000_000;
@@ -37,7 +37,7 @@ fn sku(s: &str) -> Sku {
 
 async fn create(store: &DynamoStore, clock: &FixedClock, key: &str, body: serde_json::Value) -> Result<Order, String> {
     creator(store, clock)
-        .execute(&body_buyer(body.to_string().as_bytes()), Some(key), body.to_string().as_bytes())
+        .execute_as_named(Some(key), body.to_string().as_bytes())
         .await
         .map(|c| c.order)
         .map_err(|e| e.code().to_owned())
@@ -174,19 +174,19 @@ async fn an_idempotency_key_replays_the_same_order_and_refuses_a_different_body(
     store.seed_stock(&sku("A"), 10, &eur(250)).await.unwrap();
     let uc = creator(&store, &clock);
     let b = body("u1", &[("A", 1)], None).to_string();
-    let first = uc.execute(&body_buyer(b.as_bytes()), Some("key-1"), b.as_bytes()).await.unwrap();
-    let again = uc.execute(&body_buyer(b.as_bytes()), Some("key-1"), b.as_bytes()).await.unwrap();
+    let first = uc.execute_as_named(Some("key-1"), b.as_bytes()).await.unwrap();
+    let again = uc.execute_as_named(Some("key-1"), b.as_bytes()).await.unwrap();
     assert!(!first.replayed && again.replayed);
     assert_eq!(first.order.order_id, again.order.order_id);
     assert_eq!(stock(&store, "A").await, (9, 1), "the replay reserved nothing");
 
     let other = body("u1", &[("A", 2)], None).to_string();
-    let err = uc.execute(&body_buyer(other.as_bytes()), Some("key-1"), other.as_bytes()).await.unwrap_err();
+    let err = uc.execute_as_named(Some("key-1"), other.as_bytes()).await.unwrap_err();
     assert_eq!(err.code(), "idempotency_key_reused");
     assert_eq!(stock(&store, "A").await, (9, 1));
     // Keys are per user: another user's same key is a new order.
     let b2 = body("u2", &[("A", 1)], None).to_string();
-    assert!(!uc.execute(&body_buyer(b2.as_bytes()), Some("key-1"), b2.as_bytes()).await.unwrap().replayed);
+    assert!(!uc.execute_as_named(Some("key-1"), b2.as_bytes()).await.unwrap().replayed);
 }
 
 async fn open_order(store: &DynamoStore, clock: &FixedClock) -> Order {
@@ -618,10 +618,7 @@ async fn a_price_the_buyer_was_shown_that_is_not_the_catalog_price_is_refused_an
 
     // `body` sends 250 as the price shown; the catalog says 300.
     let guarded = body("u1", &[("A", 1)], None);
-    let err = creator(&store, &clock)
-        .execute(&body_buyer(guarded.to_string().as_bytes()), Some("g1"), guarded.to_string().as_bytes())
-        .await
-        .unwrap_err();
+    let err = creator(&store, &clock).execute_as_named(Some("g1"), guarded.to_string().as_bytes()).await.unwrap_err();
     assert_eq!(err.code(), "price_changed");
     let message = err.to_string();
     assert!(message.contains("sku A") && message.contains("300 EUR") && message.contains("250"), "{message}");
@@ -849,7 +846,7 @@ async fn a_price_change_between_the_catalog_read_and_the_write_refuses_the_order
         expiry_rule_version: "window-1800s".into(),
     };
     let b = unguarded("u1", &[("A", 1), ("B", 2)]).to_string();
-    let err = racing.execute(&body_buyer(b.as_bytes()), Some("r1"), b.as_bytes()).await.unwrap_err();
+    let err = racing.execute_as_named(Some("r1"), b.as_bytes()).await.unwrap_err();
     assert_eq!(err.code(), "price_changed");
     assert!(err.to_string().contains("sku B") && err.to_string().contains("120 EUR"), "{err}");
     assert_eq!(item_count(&store).await, before, "nothing written");
@@ -871,7 +868,7 @@ async fn a_retry_after_a_price_change_replays_the_order_instead_of_refusing_it()
     // The client retries the same request: its guard is stale now, but it
     // gets its order back rather than a refusal that would lead to a second.
     let b = body("u1", &[("A", 1)], None).to_string();
-    let again = creator(&store, &clock).execute(&body_buyer(b.as_bytes()), Some("lost"), b.as_bytes()).await.unwrap();
+    let again = creator(&store, &clock).execute_as_named(Some("lost"), b.as_bytes()).await.unwrap();
     assert!(again.replayed);
     assert_eq!((&again.order.order_id, &again.order.items), (&first.order_id, &first.items));
     // Another body under that key is still refused as such.

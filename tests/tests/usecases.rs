@@ -12,9 +12,9 @@ use order_core::usecases::refunds::{process_refund, RefundOutcome, MAX_REFUND_TR
 use order_core::usecases::release_order::{release_order, settle_order};
 use serde_json::json;
 use std::time::Duration;
-use system_tests::body_buyer;
 use system_tests::fakes::*;
 use system_tests::fixtures::eur;
+use system_tests::CreateAsNamed;
 use system_tests::{dynamodb_local, fresh_table};
 
 const T0: i64 = 1_800_000_000_000;
@@ -59,14 +59,10 @@ impl World {
         if let Some(c) = coupon {
             body["coupon_id"] = json!(c);
         }
-        uc.execute(
-            &body_buyer(body.to_string().as_bytes()),
-            Some(&format!("k{}", rand::random::<u64>())),
-            body.to_string().as_bytes(),
-        )
-        .await
-        .unwrap()
-        .order
+        uc.execute_as_named(Some(&format!("k{}", rand::random::<u64>())), body.to_string().as_bytes())
+            .await
+            .unwrap()
+            .order
     }
 
     async fn with_attempt(&self, order: &Order) -> (Order, PaymentAttempt) {
