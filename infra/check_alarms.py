@@ -25,11 +25,15 @@ tests/tests/template_alarms.rs runs each check.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from collections.abc import Iterator
 
 from cfnlint.decode import cfn_yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from template_check import run_checks  # noqa: E402
 
 FUNCTION_TYPES = {"AWS::Serverless::Function", "AWS::Lambda::Function"}
 RETENTION_PARAMETER = "LogRetentionDays"
@@ -195,14 +199,7 @@ def main() -> int:
         ap.error(f"unknown check {unknown} (known: {', '.join(CHECKS)})")
     with open(args.template) as f:
         resources = cfn_yaml.loads(f.read(), args.template).get("Resources", {})
-    failed = False
-    for name in args.checks or list(CHECKS):
-        problems = CHECKS[name](resources)
-        for p in problems:
-            print(f"[{name}] {p}")
-        print(f"[{name}] {'FAILED' if problems else 'ok'} ({len(problems)} problems)")
-        failed |= bool(problems)
-    return 1 if failed else 0
+    return run_checks({n: functools.partial(CHECKS[n], resources) for n in args.checks or list(CHECKS)})
 
 
 if __name__ == "__main__":

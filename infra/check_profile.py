@@ -27,7 +27,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from template_check import _condition, _parameter_values, load, translate  # noqa: E402
+from template_check import _condition, _parameter_values, load, run_checks, translate  # noqa: E402
 
 # What infra/local.sh deploys (the parameters the Rules look at).
 LOCAL_DEV = {"Stage": "dev", "EnableSandboxChannel": "true", "FaultInjection": "on",
@@ -128,14 +128,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] in ("-h", "--help") or (argv[0] != "all" and argv[0] not in CHECKS):
         print(__doc__)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
-    failed = False
-    for name in CHECKS if argv[0] == "all" else [argv[0]]:
-        problems = CHECKS[name]()
-        for p in problems:
-            print(f"[{name}] {p}")
-        print(f"[{name}] {'ok' if not problems else 'FAILED'} ({len(problems)} problems)")
-        failed |= bool(problems)
-    return 1 if failed else 0
+    return run_checks({n: CHECKS[n] for n in (CHECKS if argv[0] == "all" else [argv[0]])})
 
 
 if __name__ == "__main__":

@@ -497,9 +497,15 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"unknown check(s) {unknown}; one of {sorted(CHECKS)} or all", file=sys.stderr)
         return 2
+    return run_checks({n: CHECKS[n] for n in names})
+
+
+def run_checks(checks: dict[str, Callable[[], list[str]]]) -> int:
+    """Runs each check, prints its findings (one line each) and its verdict;
+    1 when any check found something (the template check scripts' CLI)."""
     failed = False
-    for name in names:
-        problems = CHECKS[name]()
+    for name, check in checks.items():
+        problems = check()
         for p in problems:
             print(f"{name}: {p}")
         print(f"{name}: {'FAILED, ' + str(len(problems)) + ' finding(s)' if problems else 'ok'}")
