@@ -374,7 +374,7 @@ pub(crate) async fn channel_verdict<C: PaymentChannel>(
 
 /// What the channel's answer (after the cancel of a payment still
 /// processing) means for one attempt. Pure, so that the protocol model
-/// (`tests/tests/protocol_model.rs`) decides with the very same rule.
+/// (`model/tests/protocol_model.rs`) decides with the very same rule.
 pub fn verdict_of(
     answer: Result<ChannelPayment, Unavailable>,
     p: &PaymentAttempt,

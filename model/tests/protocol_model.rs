@@ -179,6 +179,12 @@ struct St {
     money_back: [u8; ATTEMPTS],
     learned: [bool; ATTEMPTS],
     closed_on_unknown: bool,
+    /// A closer asked the channel about the attempt and it had never seen
+    /// it ("not found").
+    asked_unopened: [bool; ATTEMPTS],
+    /// The closer closed while the channel could still take the money for
+    /// an attempt it had opened.
+    closed_while_payable: bool,
     refused_effect: bool,
 }
 
@@ -413,6 +419,8 @@ impl Protocol {
             money_back: [0; ATTEMPTS],
             learned: [false; ATTEMPTS],
             closed_on_unknown: false,
+            asked_unopened: [false; ATTEMPTS],
+            closed_while_payable: false,
             refused_effect: false,
         }
     }
@@ -512,6 +520,15 @@ impl Protocol {
                         if !judged || unseen_attempt {
                             s.closed_on_unknown = true;
                         }
+                        // The channel's truth: every attempt it had opened
+                        // is FAILED (failed, or closed by the query) — only
+                        // one it had never seen may still be paid, late,
+                        // and that is refunded.
+                        if (0..ATTEMPTS)
+                            .any(|i| s.pay[i].is_some() && s.chan[i] != Chan::Failed && !s.asked_unopened[i])
+                        {
+                            s.closed_while_payable = true;
+                        }
                         write_order(s, to);
                     }
                     s.closers[c] = Closer::Idle;
@@ -547,7 +564,10 @@ impl Protocol {
             Err(Unavailable::new("model", "channel timeout"))
         } else {
             Ok(match s.chan[iu] {
-                Chan::NotOpened => ChannelPayment::NotFound,
+                Chan::NotOpened => {
+                    s.asked_unopened[iu] = true;
+                    ChannelPayment::NotFound
+                }
                 Chan::Pending => {
                     s.chan[iu] = Chan::Failed; // closed at the channel
                     ChannelPayment::Failed
@@ -798,7 +818,9 @@ impl Model for Protocol {
                         && (s.money_back[i] == 0 || s.chan[i] == Chan::Succeeded)
                 })
             }),
-            Property::always("unknown payment state never closes or releases", |_, s: &St| !s.closed_on_unknown),
+            Property::always("unknown payment state never closes or releases", |_, s: &St| {
+                !s.closed_on_unknown && !s.closed_while_payable
+            }),
             Property::always("release at most once, never on a PAID order", |_, s: &St| {
                 s.releases <= 1
                     && !s.refused_effect
@@ -879,18 +901,25 @@ fn check(bounds: Protocol, at_least: usize) {
     assert!(states > at_least, "the model explored only {states} states: a bound or an action is broken");
 }
 
-/// The test command's bound: every fault once, except the duplicated
-/// notification (see the test below for all of them at once).
+/// The test command runs two bounds, each with every fault but one; the
+/// ignored test below has them all at once. This one: a notification
+/// delivered twice, a closer crash, a lease lost by a live closer; UNKNOWN
+/// comes from "not found" inside the grace.
 #[test]
 fn the_order_protocol_holds_in_every_interleaving() {
-    check(Protocol { duplicates: 1, timeouts: 0, crashes: 1, slow_leases: 1 }, 100_000);
+    check(Protocol { duplicates: 1, timeouts: 0, crashes: 1, slow_leases: 1 }, 1_000_000);
 }
 
-/// Every fault at once, duplicated notification included: about 10 million
-/// states, about 3 minutes in a debug build on 2 cores. Run it with
-/// `cargo nextest run -p system_tests --test protocol_model --run-ignored all`.
+/// A channel timeout, a closer crash, a lease lost by a live closer.
 #[test]
-#[ignore = "about 3 minutes; run with --run-ignored all"]
+fn the_order_protocol_holds_in_every_interleaving_with_a_channel_timeout() {
+    check(Protocol { duplicates: 0, timeouts: 1, crashes: 1, slow_leases: 1 }, 1_000_000);
+}
+
+/// Every fault at once: about 14.6 million states, about 100 s on 2 cores.
+/// Run it with `cargo nextest run -p protocol_model --run-ignored all`.
+#[test]
+#[ignore = "about 100 s; run with --run-ignored all"]
 fn the_order_protocol_holds_with_every_fault_at_once() {
     check(Protocol { duplicates: 1, timeouts: 1, crashes: 1, slow_leases: 1 }, 1_000_000);
 }
