@@ -24,7 +24,7 @@
 //!   whenever the payment was still open or not opened yet.
 //! - **Network**: notifications are delivered in any order, one may be
 //!   delivered twice.
-//! - **Webhook** (two handlers at once): a failure is one transaction; a
+//! - **Webhook** (one handler at a time): a failure is one transaction; a
 //!   success reads the order, then runs `settle_success`'s transaction,
 //!   and re-reads on `OrderMoved`.
 //! - **Closers** (two): read → `decide_close` → one-write close, or claim
@@ -34,15 +34,25 @@
 //!   crash any time after its claim, and a lease may run out — while its
 //!   holder is dead or holding, or (once) while it is still working.
 //! - **Effects**: release on CLOSED, settle (confirm) on PAID, any number
-//!   of times (the stream and the sweep both drive them).
+//!   of times (the stream and the sweep both drive them). They, and the
+//!   refund worker, run while no closer or webhook is mid-run: they read
+//!   only final facts and write records no other actor reads, so their
+//!   place among the others' steps does not matter (a reduction).
 //! - **Refund worker**: channel refund with the payment's idempotency key,
 //!   then REFUND_PENDING → REFUNDED.
 //!
 //! # Bounds
-//! 2 attempts, 2 closers, 2 webhook handlers, 1 duplicated notification,
-//! 1 channel timeout, 1 crash per closer, 1 lease lost by a live closer.
-//! "Not found" inside the grace is UNKNOWN once: the hold that follows
-//! lets the grace pass (the backoff grows past it).
+//! 2 attempts, 2 closers, 1 webhook handler, 1 closer crash, 1 lease lost
+//! by a live closer, and (per test) 1 duplicated notification and 1
+//! channel timeout. "Not found" inside the grace is UNKNOWN once: the hold
+//! that follows lets the grace pass (the backoff grows past it).
+//!
+//! # Left out
+//! Superseding an earlier attempt when a new one starts (both stay payable
+//! here: a superset), `close_other_payments` after PAID (the notification
+//! refunds instead), the close budget running out (the same hold as a
+//! timeout), refunds failing at the channel, coupons, several
+//! reservations, notifications lost for good.
 
 use order_core::domain::order::{self, decide_close, on_payment_success, CloseDecision, PaymentSuccessOutcome};
 use order_core::domain::payment;
