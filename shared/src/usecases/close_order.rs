@@ -91,7 +91,8 @@ struct Success {
 }
 
 /// The channel's verdict on one attempt.
-pub(crate) enum Verdict {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
     Paid { channel_txn_id: String, detail: String },
     Unpaid(String),
     Unknown(String),
@@ -368,6 +369,18 @@ pub(crate) async fn channel_verdict<C: PaymentChannel>(
     if matches!(answer, Ok(ChannelPayment::Pending)) {
         answer = channel.cancel(&p.payment_id).await;
     }
+    verdict_of(answer, p, now, not_found_grace)
+}
+
+/// What the channel's answer (after the cancel of a payment still
+/// processing) means for one attempt. Pure, so that the protocol model
+/// (`model/tests/protocol_model.rs`) decides with the very same rule.
+pub fn verdict_of(
+    answer: Result<ChannelPayment, Unavailable>,
+    p: &PaymentAttempt,
+    now: Timestamp,
+    not_found_grace: Duration,
+) -> Verdict {
     match answer {
         Ok(ChannelPayment::Succeeded { channel_txn_id, amount, currency }) => {
             if amount == p.amount && currency == p.currency.as_str() {
