@@ -207,7 +207,7 @@ fn print_path(title: &str, steps: &[Step], sizes: &[(String, usize)]) {
         for c in &s.calls {
             let mut op = if c.ok { c.operation.clone() } else { format!("{} (refused)", c.operation) };
             if let Some(n) = c.transact_items {
-                op = format!("{op} ({n} items)");
+                op = format!("{op} ({n} item{})", if n == 1 { "" } else { "s" });
             }
             if c.units.is_empty() {
                 println!("| {} | {op} | – | – | – | – |", s.name);
