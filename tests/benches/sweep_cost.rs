@@ -9,7 +9,6 @@
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue as Av, PutRequest, WriteRequest};
-use order_core::aws::dynamo::DynamoStore;
 use order_core::domain::*;
 use order_core::ports::*;
 use order_core::store::OrderStore;
