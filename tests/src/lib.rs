@@ -694,3 +694,208 @@ pub fn template_check(script: &str, check: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Consumed capacity, measured from the outside: an SDK interceptor that
+/// asks every DynamoDB call for `ReturnConsumedCapacity=INDEXES` and
+/// records what each response reports, so the store adapter runs exactly
+/// as in production (the benchmarks in `tests/benches/` use it).
+pub mod capacity {
+    use aws_sdk_dynamodb::config::ConfigBag;
+    use aws_sdk_dynamodb::operation::{
+        batch_get_item::{BatchGetItemInput, BatchGetItemOutput},
+        batch_write_item::{BatchWriteItemInput, BatchWriteItemOutput},
+        delete_item::{DeleteItemInput, DeleteItemOutput},
+        get_item::{GetItemInput, GetItemOutput},
+        put_item::{PutItemInput, PutItemOutput},
+        query::{QueryInput, QueryOutput},
+        scan::{ScanInput, ScanOutput},
+        transact_get_items::{TransactGetItemsInput, TransactGetItemsOutput},
+        transact_write_items::{TransactWriteItemsInput, TransactWriteItemsOutput},
+        update_item::{UpdateItemInput, UpdateItemOutput},
+    };
+    use aws_sdk_dynamodb::types::{ConsumedCapacity, ReturnConsumedCapacity};
+    use aws_smithy_runtime_api::box_error::BoxError;
+    use aws_smithy_runtime_api::client::interceptors::context::{
+        AfterDeserializationInterceptorContextRef, BeforeSerializationInterceptorContextMut,
+    };
+    use aws_smithy_runtime_api::client::interceptors::Intercept;
+    use aws_smithy_runtime_api::client::orchestrator::Metadata;
+    use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+    use std::sync::{Arc, Mutex};
+
+    /// Units one call consumed on one table or index.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct Units {
+        /// The table, or `table/index` for a secondary index.
+        pub on: String,
+        pub read: f64,
+        pub write: f64,
+    }
+
+    /// One DynamoDB call as the meter saw it.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct Call {
+        pub operation: String,
+        /// `false`: the call failed (a refused condition, a cancelled
+        /// transaction); DynamoDB reports no capacity with an error.
+        pub ok: bool,
+        pub units: Vec<Units>,
+        /// For `TransactWriteItems`: how many items it wrote or checked.
+        pub transact_items: Option<usize>,
+    }
+
+    impl Call {
+        pub fn read(&self) -> f64 {
+            self.units.iter().map(|u| u.read).sum()
+        }
+        pub fn write(&self) -> f64 {
+            self.units.iter().map(|u| u.write).sum()
+        }
+    }
+
+    /// The interceptor; clones share one log. The item count of a
+    /// transaction is carried from its request to its response in
+    /// `pending`, which assumes one call at a time (the benchmarks).
+    #[derive(Debug, Clone, Default)]
+    pub struct Meter(Arc<Mutex<Vec<Call>>>, Arc<Mutex<Option<usize>>>);
+
+    impl Meter {
+        /// The calls recorded since the last `take`, oldest first.
+        pub fn take(&self) -> Vec<Call> {
+            std::mem::take(&mut *self.0.lock().unwrap())
+        }
+    }
+
+    /// Splits one reported `ConsumedCapacity` into table and index parts.
+    /// With INDEXES, DynamoDB reports the table's share under `Table` and
+    /// each index's under its name; a Query on an index reports only the
+    /// index. `ReadCapacityUnits`/`WriteCapacityUnits` are filled for the
+    /// parts; when only `CapacityUnits` is there, it is attributed by the
+    /// operation's kind.
+    fn split(c: &ConsumedCapacity, writes: bool, out: &mut Vec<Units>) {
+        let table = c.table_name().unwrap_or("?").to_owned();
+        let mut parts = Vec::new();
+        let mut put = |on: String, cap: Option<&aws_sdk_dynamodb::types::Capacity>| {
+            if let Some(cap) = cap {
+                let total = cap.capacity_units().unwrap_or(0.0);
+                let (r, w) = match (cap.read_capacity_units(), cap.write_capacity_units()) {
+                    (None, None) if writes => (0.0, total),
+                    (None, None) => (total, 0.0),
+                    (r, w) => (r.unwrap_or(0.0), w.unwrap_or(0.0)),
+                };
+                parts.push(Units { on, read: r, write: w });
+            }
+        };
+        put(table.clone(), c.table());
+        for (name, cap) in c.global_secondary_indexes().into_iter().flatten() {
+            put(format!("{table}/{name}"), Some(cap));
+        }
+        for (name, cap) in c.local_secondary_indexes().into_iter().flatten() {
+            put(format!("{table}/{name}"), Some(cap));
+        }
+        if parts.is_empty() {
+            let total = c.capacity_units().unwrap_or(0.0);
+            let (r, w) = if writes { (0.0, total) } else { (total, 0.0) };
+            parts.push(Units {
+                on: table,
+                read: c.read_capacity_units().unwrap_or(r),
+                write: c.write_capacity_units().unwrap_or(w),
+            });
+        }
+        out.extend(parts);
+    }
+
+    macro_rules! set_indexes {
+        ($input:expr, $($t:ty),+) => {
+            $(if let Some(i) = $input.downcast_mut::<$t>() {
+                i.return_consumed_capacity = Some(ReturnConsumedCapacity::Indexes);
+            })+
+        };
+    }
+
+    impl Intercept for Meter {
+        fn name(&self) -> &'static str {
+            "ConsumedCapacityMeter"
+        }
+
+        fn modify_before_serialization(
+            &self,
+            context: &mut BeforeSerializationInterceptorContextMut<'_>,
+            _: &RuntimeComponents,
+            _: &mut ConfigBag,
+        ) -> Result<(), BoxError> {
+            let input = context.input_mut();
+            if let Some(t) = input.downcast_ref::<TransactWriteItemsInput>() {
+                *self.1.lock().unwrap() = Some(t.transact_items().len());
+            }
+            set_indexes!(
+                input,
+                GetItemInput,
+                PutItemInput,
+                UpdateItemInput,
+                DeleteItemInput,
+                QueryInput,
+                ScanInput,
+                BatchGetItemInput,
+                BatchWriteItemInput,
+                TransactGetItemsInput,
+                TransactWriteItemsInput
+            );
+            Ok(())
+        }
+
+        fn read_after_deserialization(
+            &self,
+            context: &AfterDeserializationInterceptorContextRef<'_>,
+            _: &RuntimeComponents,
+            cfg: &mut ConfigBag,
+        ) -> Result<(), BoxError> {
+            let operation = cfg.load::<Metadata>().map(|m| m.name().to_owned()).unwrap_or_else(|| "?".into());
+            let mut units = Vec::new();
+            let ok = match context.output_or_error() {
+                Err(_) => false,
+                Ok(out) => {
+                    let one = |c: Option<&ConsumedCapacity>, w: bool, units: &mut Vec<Units>| {
+                        if let Some(c) = c {
+                            split(c, w, units)
+                        }
+                    };
+                    if let Some(o) = out.downcast_ref::<GetItemOutput>() {
+                        one(o.consumed_capacity(), false, &mut units);
+                    } else if let Some(o) = out.downcast_ref::<PutItemOutput>() {
+                        one(o.consumed_capacity(), true, &mut units);
+                    } else if let Some(o) = out.downcast_ref::<UpdateItemOutput>() {
+                        one(o.consumed_capacity(), true, &mut units);
+                    } else if let Some(o) = out.downcast_ref::<DeleteItemOutput>() {
+                        one(o.consumed_capacity(), true, &mut units);
+                    } else if let Some(o) = out.downcast_ref::<QueryOutput>() {
+                        one(o.consumed_capacity(), false, &mut units);
+                    } else if let Some(o) = out.downcast_ref::<ScanOutput>() {
+                        one(o.consumed_capacity(), false, &mut units);
+                    } else if let Some(o) = out.downcast_ref::<BatchGetItemOutput>() {
+                        o.consumed_capacity().iter().for_each(|c| split(c, false, &mut units));
+                    } else if let Some(o) = out.downcast_ref::<BatchWriteItemOutput>() {
+                        o.consumed_capacity().iter().for_each(|c| split(c, true, &mut units));
+                    } else if let Some(o) = out.downcast_ref::<TransactGetItemsOutput>() {
+                        o.consumed_capacity().iter().for_each(|c| split(c, false, &mut units));
+                    } else if let Some(o) = out.downcast_ref::<TransactWriteItemsOutput>() {
+                        o.consumed_capacity().iter().for_each(|c| split(c, true, &mut units));
+                    }
+                    true
+                }
+            };
+            let transact_items = if operation == "TransactWriteItems" { self.1.lock().unwrap().take() } else { None };
+            self.0.lock().unwrap().push(Call { operation, ok, units, transact_items });
+            Ok(())
+        }
+    }
+
+    /// A DynamoDB Local client whose calls `meter` records.
+    pub async fn metered_client(meter: &Meter) -> aws_sdk_dynamodb::Client {
+        let endpoint = super::require("DYNAMODB_LOCAL_ENDPOINT");
+        let conf = aws_sdk_dynamodb::config::Builder::from(&super::sdk_config(&endpoint).await)
+            .interceptor(meter.clone())
+            .build();
+        aws_sdk_dynamodb::Client::from_conf(conf)
+    }
+}
