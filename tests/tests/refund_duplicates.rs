@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use system_tests::fakes::FixedClock;
-use system_tests::fixtures::eur;
+use system_tests::fixtures::{eur, processing_attempt};
 use system_tests::CreateAsNamed;
 use system_tests::{dynamodb_local, fresh_table};
 
@@ -35,19 +35,9 @@ async fn pending_refund(clock: &FixedClock) -> (DynamoStore, Refund) {
     let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
     let order = create.execute_as_named(Some("k1"), body.to_string().as_bytes()).await.unwrap().order;
     let mut attempts = Vec::new();
-    for i in 0..2 {
+    for _ in 0..2 {
         let order = store.order(&order.order_id).await.unwrap().unwrap();
-        let a = PaymentAttempt {
-            payment_id: PaymentId::parse(format!("pay_{i}_{}", rand::random::<u32>())).unwrap(),
-            order_id: order.order_id.clone(),
-            channel: ChannelName::parse("sandbox").unwrap(),
-            amount: order.amount_total,
-            currency: order.currency.clone(),
-            status: PaymentStatus::Processing,
-            channel_txn_id: None,
-            created_at: clock.now(),
-            evidence: vec![],
-        };
+        let a = processing_attempt(&order, clock.now());
         assert_eq!(store.record_attempt(&order, &a).await.unwrap(), AttemptResult::Recorded);
         attempts.push(a);
     }
