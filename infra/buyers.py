@@ -47,10 +47,12 @@ class Buyers:
                 UserAttributes=[{"Name": "email", "Value": f"{name}@example.com"},
                                 {"Name": "email_verified", "Value": "true"}],
             )
-            self.idp.admin_set_user_password(
-                UserPoolId=self.pool_id, Username=name, Password=DEV_PASSWORD, Permanent=True)
         except self.idp.exceptions.UsernameExistsException:
-            pass  # made by an earlier run: same password
+            pass  # made earlier or by a concurrent process
+        # Always set it: a concurrent creator may not have set it yet, and
+        # setting the same permanent password twice ends the same.
+        self.idp.admin_set_user_password(
+            UserPoolId=self.pool_id, Username=name, Password=DEV_PASSWORD, Permanent=True)
         out = self.idp.initiate_auth(
             ClientId=self.client_id, AuthFlow="USER_PASSWORD_AUTH",
             AuthParameters={"USERNAME": name, "PASSWORD": DEV_PASSWORD})

@@ -198,19 +198,20 @@ pub async fn sign_in(name: &str) -> Buyer {
     )
     .await;
     match created {
-        Ok(_) => {
-            cognito(
-                "AdminSetUserPassword",
-                &serde_json::json!({"UserPoolId": pool, "Username": name, "Password": BUYER_PASSWORD, "Permanent": true}),
-                true,
-            )
-            .await
-            .unwrap_or_else(|e| panic!("setting {name}'s password: {e}"));
-        }
-        // Made by another test process: same password.
+        Ok(_) => {}
+        // Made by another test process. It may not have set the password
+        // yet (its create and its set are two calls), so set it here too:
+        // the same permanent password, so either order ends the same.
         Err(e) if e["__type"].as_str().unwrap_or("").contains("UsernameExists") => {}
         Err(e) => panic!("creating buyer {name}: {e}"),
     }
+    cognito(
+        "AdminSetUserPassword",
+        &serde_json::json!({"UserPoolId": pool, "Username": name, "Password": BUYER_PASSWORD, "Permanent": true}),
+        true,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("setting {name}'s password: {e}"));
     let auth = cognito(
         "InitiateAuth",
         &serde_json::json!({"ClientId": client, "AuthFlow": "USER_PASSWORD_AUTH",
