@@ -1,4 +1,7 @@
-//! `loadcheck`: the invariant run of issue 9 (work in progress).
+//! `loadcheck`: the invariant run of issue 9 (being written).
+
+mod stack;
+mod verify;
 
 fn main() {
     eprintln!("loadcheck: not built yet");
