@@ -2,9 +2,10 @@
 
 use crate::aws::dynamo::DynamoStore;
 use crate::aws::sandbox::SandboxChannel;
+use crate::domain::{RefundStatus, Timestamp};
 use crate::metrics;
 use crate::ports::Clock;
-use crate::store::PaymentStore;
+use crate::store::{OrderRecord, PaymentStore};
 use crate::usecases::reconcile::{reconcile, Bounds};
 use lambda_runtime::Error;
 use serde_json::Value;
@@ -27,8 +28,15 @@ pub async fn run_reconcile(
     };
     let report = reconcile(&snapshot, entries.as_deref(), bounds, clock.now());
     for (kind, count) in &report.counts {
-        metrics::count(&format!("Discrepancy.{kind}"), *count as u64);
+        match metrics::discrepancy(kind) {
+            Some(metric) => metric.count(*count as u64),
+            None => warn!(kind, "a discrepancy kind without a metric"),
+        }
     }
+    let backlog = Backlog::of(&snapshot.orders, clock.now());
+    metrics::OPEN_ORDERS.count(backlog.open_orders);
+    metrics::OLDEST_OPEN_ORDER_SECONDS.duration(backlog.oldest_open);
+    metrics::REFUNDS_PENDING.count(backlog.refunds_pending);
     if report.discrepancies.is_empty() {
         info!(
             orders = report.orders_checked,
@@ -43,6 +51,32 @@ pub async fn run_reconcile(
     // missing data breaching) is how a schedule that stopped firing, or runs
     // that keep failing, become visible. A failed run returns above and
     // emits nothing.
-    metrics::count("ReconcileCompleted", 1);
+    metrics::RECONCILE_COMPLETED.count(1);
     Ok(serde_json::to_value(&report)?)
+}
+
+/// What the table holds open when the run reads it (seed 000 §11.1: open
+/// orders and the oldest one's age; the refund backlog). The full read is
+/// the reconciliation's anyway; the sweep, which runs every minute, reads
+/// only what is overdue and so cannot count what is merely open.
+#[derive(Debug, PartialEq)]
+pub struct Backlog {
+    pub open_orders: u64,
+    pub oldest_open: std::time::Duration,
+    pub refunds_pending: u64,
+}
+
+impl Backlog {
+    pub fn of(records: &[OrderRecord], now: Timestamp) -> Self {
+        let open: Vec<_> = records.iter().filter(|r| !r.order.status.is_final()).collect();
+        Self {
+            open_orders: open.len() as u64,
+            oldest_open: open.iter().map(|r| r.order.created_at.until(now)).max().unwrap_or_default(),
+            refunds_pending: records
+                .iter()
+                .flat_map(|r| &r.refunds)
+                .filter(|f| f.status == RefundStatus::RefundPending)
+                .count() as u64,
+        }
+    }
 }
