@@ -30,6 +30,6 @@ where
     let outcome = uc.close(&msg.order_id, owner).instrument(span).await.map_err(|e| e.to_string())?;
     // The one event per close outcome: the order, who sent the reminder
     // (schedule, reminder, sweep, lazy, operator) and what came of it.
-    tracing::info!(order_id = %msg.order_id, trigger, outcome = outcome.as_str(), detail = ?outcome, "close reminder handled");
+    tracing::info!(order_id = %msg.order_id, trigger, outcome = crate::usecases::force_check::outcome_name(&outcome), detail = ?outcome, "close reminder handled");
     Ok(())
 }

@@ -74,21 +74,6 @@ pub struct CloseOrder<S, C, Q> {
 /// the sweep, or a lazy read, did the close.
 pub const LATE_WAKE_UP_AFTER: Duration = Duration::from_secs(60);
 
-impl CloseOutcome {
-    /// A short name for logs and the operator's answer.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            CloseOutcome::Closed => "closed",
-            CloseOutcome::Paid => "paid",
-            CloseOutcome::AlreadyFinal(_) => "already_final",
-            CloseOutcome::NotFound => "not_found",
-            CloseOutcome::LeftToLeaseHolder => "left_to_lease_holder",
-            CloseOutcome::ReminderPending => "reminder_pending",
-            CloseOutcome::RemindedLater { .. } => "reminded_later",
-        }
-    }
-}
-
 /// The default [`CloseOrder::budget`] for a 30 s function timeout.
 pub const DEFAULT_CLOSE_BUDGET: Duration = Duration::from_secs(15);
 

@@ -359,7 +359,7 @@ pub async fn handle_notification<S: OrderStore + PaymentStore>(
             }
             SettleResult::Duplicate => return Ok(json!({"result": "duplicate"})),
             SettleResult::RefundPending => {
-                warn!(order_id = %order.order_id, payment_id = %payment_id, status = order.status.as_str(), "payment for a final order: refund pending");
+                warn!(order_id = %order.order_id, payment_id = %payment_id, status = order.status.as_str(), trigger = "webhook", outcome = "refund_pending", "payment for a final order: refund pending");
                 metrics::LATE_PAYMENT_REFUND.count(1);
                 return Ok(json!({"result": "refund_pending"}));
             }

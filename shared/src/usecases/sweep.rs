@@ -263,7 +263,7 @@ const REDRIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn log_found(ids: &[OrderId]) {
     for id in ids {
-        info!(order_id = %id, trigger = "sweep", "overdue open order: close reminder sent");
+        info!(order_id = %id, trigger = "sweep", outcome = "reminder_sent", "overdue open order: close reminder sent");
     }
 }
 
