@@ -6,7 +6,7 @@ use crate::domain::{RefundStatus, Timestamp};
 use crate::metrics;
 use crate::ports::Clock;
 use crate::store::{OrderRecord, PaymentStore};
-use crate::usecases::reconcile::{reconcile, Bounds};
+use crate::usecases::reconcile::{reconcile, Backlog, Bounds};
 use lambda_runtime::Error;
 use serde_json::Value;
 use tracing::{info, warn};
@@ -53,30 +53,4 @@ pub async fn run_reconcile(
     // emits nothing.
     metrics::RECONCILE_COMPLETED.count(1);
     Ok(serde_json::to_value(&report)?)
-}
-
-/// What the table holds open when the run reads it (seed 000 §11.1: open
-/// orders and the oldest one's age; the refund backlog). The full read is
-/// the reconciliation's anyway; the sweep, which runs every minute, reads
-/// only what is overdue and so cannot count what is merely open.
-#[derive(Debug, PartialEq)]
-pub struct Backlog {
-    pub open_orders: u64,
-    pub oldest_open: std::time::Duration,
-    pub refunds_pending: u64,
-}
-
-impl Backlog {
-    pub fn of(records: &[OrderRecord], now: Timestamp) -> Self {
-        let open: Vec<_> = records.iter().filter(|r| !r.order.status.is_final()).collect();
-        Self {
-            open_orders: open.len() as u64,
-            oldest_open: open.iter().map(|r| r.order.created_at.until(now)).max().unwrap_or_default(),
-            refunds_pending: records
-                .iter()
-                .flat_map(|r| &r.refunds)
-                .filter(|f| f.status == RefundStatus::RefundPending)
-                .count() as u64,
-        }
-    }
 }
