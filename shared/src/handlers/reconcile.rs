@@ -2,10 +2,9 @@
 
 use crate::aws::dynamo::DynamoStore;
 use crate::aws::sandbox::SandboxChannel;
-use crate::domain::{RefundStatus, Timestamp};
 use crate::metrics;
 use crate::ports::Clock;
-use crate::store::{OrderRecord, PaymentStore};
+use crate::store::PaymentStore;
 use crate::usecases::reconcile::{reconcile, Backlog, Bounds};
 use lambda_runtime::Error;
 use serde_json::Value;
