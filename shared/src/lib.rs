@@ -28,10 +28,17 @@ pub mod signature;
 pub mod store;
 pub mod usecases;
 
-/// Structured JSON logs, level from `RUST_LOG` (default `info`).
+/// Structured JSON logs, level from `RUST_LOG` (default `info`): one
+/// object per line, the event's fields at the top level (`message`,
+/// `order_id`, `trigger`, `outcome`, …) so that CloudWatch Logs Insights
+/// discovers them, and the enclosing spans' fields under `spans` (the
+/// `#[instrument]` order id, the runtime's request id). The functions log
+/// in Lambda's JSON log format (`LoggingConfig.LogFormat: JSON`), whose
+/// platform records (START, REPORT) are JSON too.
 pub fn init_tracing() {
     tracing_subscriber::fmt()
         .json()
+        .flatten_event(true)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),

@@ -52,7 +52,7 @@ where
                 match dead_letters.set_aside(body).await {
                     Ok(()) => {
                         error!(sequence_number = %seq_str, error = %why, "stream record can never be processed; set aside");
-                        metrics::count("StreamRecordSetAside", 1);
+                        metrics::STREAM_RECORD_SET_ASIDE.count(1);
                         continue;
                     }
                     Err(e) => format!("{why}; and it could not be set aside: {}", error_chain(&e)),

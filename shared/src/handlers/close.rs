@@ -21,13 +21,15 @@ where
         Ok(m) => m,
         Err(e) => {
             error!(error = %e, body = %body.chars().take(200).collect::<String>(), "malformed close message dropped");
-            metrics::count("MalformedCloseMessage", 1);
+            metrics::MALFORMED_CLOSE_MESSAGE.count(1);
             return Ok(());
         }
     };
     let trigger = msg.trigger.as_deref().unwrap_or("unknown");
     let span = tracing::info_span!("close_message", trigger);
     let outcome = uc.close(&msg.order_id, owner).instrument(span).await.map_err(|e| e.to_string())?;
-    tracing::info!(order_id = %msg.order_id, trigger, outcome = ?outcome, "close reminder handled");
+    // The one event per close outcome: the order, who sent the reminder
+    // (schedule, reminder, sweep, lazy, operator) and what came of it.
+    tracing::info!(order_id = %msg.order_id, trigger, outcome = crate::usecases::force_check::outcome_name(&outcome), detail = ?outcome, "close reminder handled");
     Ok(())
 }

@@ -29,7 +29,7 @@ fn decode(body: &str, queue: &'static str) -> Option<EffectMessage> {
         Ok(m) => Some(m),
         Err(e) => {
             error!(queue, error = %e, body = %body.chars().take(200).collect::<String>(), "malformed effect message dropped");
-            metrics::count("MalformedEffectMessage", 1);
+            metrics::MALFORMED_EFFECT_MESSAGE.count(1);
             None
         }
     }
@@ -77,7 +77,15 @@ pub async fn release_message<S: OrderStore>(store: &S, clock: &dyn Clock, body: 
             return Ok(());
         }
     }
-    release_order(store, clock, &msg.order_id).await.map(|_| ()).map_err(|e| e.to_string())
+    release_order(store, clock, &msg.order_id).await.map(|_| ()).map_err(|e| effect_failed("release", &msg, e))
+}
+
+/// A release or settle that will be retried (the message comes back; the
+/// sweep re-drives it after that): counted by effect, logged once.
+fn effect_failed(effect: &'static str, msg: &EffectMessage, e: impl std::fmt::Display) -> String {
+    warn!(order_id = %msg.order_id, effect, trigger = msg.trigger.as_deref().unwrap_or("event"), error = %e, "effect failed; retried");
+    metrics::EFFECT_FAILED.emit(1.0, &[effect]);
+    e.to_string()
 }
 
 /// OrderPaid: reservations confirmed, coupon used, wake-up cancelled, the
@@ -95,5 +103,8 @@ where
     C: PaymentChannel,
 {
     let Some(msg) = decode(body, "order-paid") else { return Ok(()) };
-    settle_order(store, wakeups, channel, clock, &msg.order_id).await.map(|_| ()).map_err(|e| e.to_string())
+    settle_order(store, wakeups, channel, clock, &msg.order_id)
+        .await
+        .map(|_| ())
+        .map_err(|e| effect_failed("settle", &msg, e))
 }

@@ -145,7 +145,7 @@ pub async fn payment_webhook(app: &Webhook, req: Request) -> Response<Body> {
     };
     if let Err(e) = signature::verify(secret, header(&req, "x-signature"), body, now) {
         warn!(reason = %e, channel, "webhook signature rejected");
-        metrics::count("WebhookBadSignature", 1);
+        metrics::WEBHOOK_BAD_SIGNATURE.count(1);
         return error_response(&ApiError::unauthorized("bad_signature", e.to_string()));
     }
     respond(

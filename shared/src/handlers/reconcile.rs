@@ -5,7 +5,7 @@ use crate::aws::sandbox::SandboxChannel;
 use crate::metrics;
 use crate::ports::Clock;
 use crate::store::PaymentStore;
-use crate::usecases::reconcile::{reconcile, Bounds};
+use crate::usecases::reconcile::{reconcile, Backlog, Bounds};
 use lambda_runtime::Error;
 use serde_json::Value;
 use tracing::{info, warn};
@@ -27,8 +27,15 @@ pub async fn run_reconcile(
     };
     let report = reconcile(&snapshot, entries.as_deref(), bounds, clock.now());
     for (kind, count) in &report.counts {
-        metrics::count(&format!("Discrepancy.{kind}"), *count as u64);
+        match metrics::discrepancy(kind) {
+            Some(metric) => metric.count(*count as u64),
+            None => warn!(kind, "a discrepancy kind without a metric"),
+        }
     }
+    let backlog = Backlog::of(&snapshot.orders, clock.now());
+    metrics::OPEN_ORDERS.count(backlog.open_orders);
+    metrics::OLDEST_OPEN_ORDER_SECONDS.duration(backlog.oldest_open);
+    metrics::REFUNDS_PENDING.count(backlog.refunds_pending);
     if report.discrepancies.is_empty() {
         info!(
             orders = report.orders_checked,
@@ -43,6 +50,6 @@ pub async fn run_reconcile(
     // missing data breaching) is how a schedule that stopped firing, or runs
     // that keep failing, become visible. A failed run returns above and
     // emits nothing.
-    metrics::count("ReconcileCompleted", 1);
+    metrics::RECONCILE_COMPLETED.count(1);
     Ok(serde_json::to_value(&report)?)
 }

@@ -41,7 +41,7 @@ async fn sqs(w: &RefundWorker, event: SqsEvent) -> SqsBatchResponse {
             // reconciliation (refund state vs channel).
             Err(e) => {
                 error!(error = %e, "malformed refund message dropped");
-                crate::metrics::count("MalformedRefundMessage", 1);
+                crate::metrics::MALFORMED_REFUND_MESSAGE.count(1);
                 return Ok(());
             }
         };

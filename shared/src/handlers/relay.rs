@@ -105,14 +105,14 @@ pub async fn publish_all<P: EventPublisher + ?Sized>(
             break;
         }
         if attempt > 0 {
-            metrics::count("EventPublishRetried", pending.len() as u64);
+            metrics::EVENT_PUBLISH_RETRIED.count(pending.len() as u64);
             tokio::time::sleep(backoff).await;
             backoff = backoff.saturating_mul(2);
         }
         let (refused, failures) = attempt_once(publisher, &pending, faults, attempt).await;
         let published = pending.len() - refused.len();
         if published > 0 {
-            metrics::count("EventsPublished", published as u64);
+            metrics::EVENTS_PUBLISHED.count(published as u64);
         }
         for f in &failures {
             warn!(attempt, code = %f.code, error = %f.message, "event not taken by the bus");
@@ -126,7 +126,7 @@ pub async fn publish_all<P: EventPublisher + ?Sized>(
         }
         return Ok(());
     }
-    metrics::count("EventPublishFailed", pending.len() as u64);
+    metrics::EVENT_PUBLISH_FAILED.count(pending.len() as u64);
     let ids: Vec<&str> = pending.iter().map(|e| e.event_id()).collect();
     let codes: Vec<&str> = last.iter().map(|f| f.code.as_str()).collect();
     Err(RecordError::Transient(format!(

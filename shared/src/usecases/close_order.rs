@@ -67,6 +67,13 @@ pub struct CloseOrder<S, C, Q> {
     pub budget: Duration,
 }
 
+/// A due order first handled later than this after its `expire_at` counts
+/// as a late wake-up (metric `LateWakeUp`). On AWS a wake-up is scheduled a
+/// minute early and finishes on an SQS delay, so a healthy one is seconds
+/// late; a minute means the schedule was lost or the queue backed up and
+/// the sweep, or a lazy read, did the close.
+pub const LATE_WAKE_UP_AFTER: Duration = Duration::from_secs(60);
+
 /// The default [`CloseOrder::budget`] for a 30 s function timeout.
 pub const DEFAULT_CLOSE_BUDGET: Duration = Duration::from_secs(15);
 
@@ -120,29 +127,33 @@ where
             match decide_close(&order, now) {
                 CloseDecision::AlreadyFinal(s) => {
                     info!(status = s.as_str(), "already final; reminder acknowledged");
+                    metrics::REDUNDANT_WAKE_UP.count(1);
                     return Ok(CloseOutcome::AlreadyFinal(s));
                 }
                 CloseDecision::NotYetDue(after) => {
-                    metrics::count("EarlyWakeUp", 1);
+                    metrics::EARLY_WAKE_UP.count(1);
                     // One put-back per wait: a duplicate early wake-up (the
                     // schedule delivered twice, an early operator check)
                     // finds the first one's note and ends.
                     let until = now.plus(after.min(MAX_REMINDER_DELAY));
                     if self.store.note_early_reminder(&order, until, now).await? == Cas::Rejected {
                         info!("an early reminder is already on its way; this one ends");
+                        metrics::REDUNDANT_WAKE_UP.count(1);
                         return Ok(CloseOutcome::ReminderPending);
                     }
                     return self.later(order_id, after, "not yet due").await;
                 }
                 CloseDecision::LeaseHeld(left) => {
                     info!(lease_left_ms = left.as_millis() as u64, "another closer holds the lease; reminder ends");
+                    metrics::REDUNDANT_WAKE_UP.count(1);
                     return Ok(CloseOutcome::LeftToLeaseHolder);
                 }
                 CloseDecision::CloseNow => match self.store.close_unpaid(&order, now).await? {
                     Cas::Applied => {
                         let lag = order.expire_at.until(now);
                         info!(expire_to_close_ms = lag.as_millis() as u64, "closed: expired with no payment attempt");
-                        metrics::count("OrderClosed", 1);
+                        first_handled_late(lag);
+                        closed(lag);
                         return Ok(CloseOutcome::Closed);
                     }
                     Cas::Rejected => continue,
@@ -157,10 +168,12 @@ where
                     if self.store.begin_closing(&order, &lease, now).await? == Cas::Rejected {
                         continue;
                     }
-                    if order.closing.is_some() {
+                    if order.closing.is_none() {
+                        first_handled_late(order.expire_at.until(now));
+                    } else {
                         // A dead closer's lease ran out and we took it over.
                         warn!(resumes = lease.resumes, "CLOSING past its lease: resumed");
-                        metrics::count("ClosingPastLease", 1);
+                        metrics::CLOSING_PAST_LEASE.count(1);
                     }
                     if crate::faults::active().closer_dies_after_claim(&order) {
                         warn!("fault injection: closer dies after claiming CLOSING");
@@ -204,14 +217,15 @@ where
         }
         if let Some(why) = facts.unknown {
             warn!(why = %why, "payment state unknown: order held in CLOSING, nothing released");
-            metrics::count("PaymentStateUnknown", 1);
+            metrics::PAYMENT_STATE_UNKNOWN.count(1);
             return self.hold(&order, "payment state unknown").await.map(Some);
         }
         let now = self.clock.now();
         match self.store.close_after_check(&order, now, "expired; every payment attempt confirmed unpaid").await? {
             Cas::Applied => {
-                info!("closed after confirming no payment succeeded");
-                metrics::count("OrderClosed", 1);
+                let lag = order.expire_at.until(now);
+                info!(expire_to_close_ms = lag.as_millis() as u64, "closed after confirming no payment succeeded");
+                closed(lag);
                 Ok(Some(CloseOutcome::Closed))
             }
             // Our lease was taken over or a payment landed: the next read
@@ -248,16 +262,17 @@ where
                 Some(SettleResult::Paid) => {
                     paid_here = true;
                     info!(payment_id = %s.payment.payment_id, "closing found the order paid: PAID");
-                    metrics::count("PaidWhileClosing", 1);
+                    metrics::PAID_WHILE_CLOSING.count(1);
+                    metrics::ORDER_PAID.count(1);
                 }
                 Some(SettleResult::RefundPending) => {
                     warn!(payment_id = %s.payment.payment_id, "a success for an order already final: refund pending");
-                    metrics::count("LatePaymentRefund", 1);
+                    metrics::LATE_PAYMENT_REFUND.count(1);
                 }
                 Some(SettleResult::Duplicate) => {}
                 Some(SettleResult::TxnIdTaken) => {
                     warn!(payment_id = %s.payment.payment_id, "channel transaction id bound to another payment; holding");
-                    metrics::count("PaymentMismatch", 1);
+                    metrics::PAYMENT_MISMATCH.count(1);
                     return self.hold(&order, "payment evidence conflicts").await;
                 }
                 Some(SettleResult::OrderMoved) | None => {
@@ -301,7 +316,7 @@ where
                 // Out of time for this run: what is not asked yet is
                 // unknown, so the order is held (nothing released) and the
                 // next run asks again.
-                metrics::count("CloseBudgetSpent", 1);
+                metrics::CLOSE_BUDGET_SPENT.count(1);
                 facts.unknown.get_or_insert(format!("{}: the close run's time budget is spent", p.payment_id));
                 continue;
             }
@@ -355,6 +370,20 @@ where
     }
 }
 
+/// An order just closed, `lag` after its `expire_at` (seed 000 §11.1).
+fn closed(lag: Duration) {
+    metrics::ORDER_CLOSED.count(1);
+    metrics::EXPIRY_TO_CLOSE_DELAY.duration(lag);
+}
+
+/// The first close run of a due order (not a resumed or held one): was
+/// its wake-up late?
+fn first_handled_late(lag: Duration) {
+    if lag > LATE_WAKE_UP_AFTER {
+        metrics::LATE_WAKE_UP.count(1);
+    }
+}
+
 /// Asks the channel about one attempt. A payment the channel still
 /// calls processing is closed at the channel (seed 000 §5.2: query or
 /// close), so that an abandoned payment cannot hold the order forever;
@@ -369,6 +398,14 @@ pub(crate) async fn channel_verdict<C: PaymentChannel>(
     if matches!(answer, Ok(ChannelPayment::Pending)) {
         answer = channel.cancel(&p.payment_id).await;
     }
+    let outcome = match &answer {
+        Ok(ChannelPayment::Succeeded { .. }) => "succeeded",
+        Ok(ChannelPayment::Failed) => "failed",
+        Ok(ChannelPayment::NotFound) => "not_found",
+        Ok(ChannelPayment::Pending) => "pending",
+        Err(_) => "unavailable",
+    };
+    metrics::CHANNEL_QUERY.emit(1.0, &[outcome]);
     verdict_of(answer, p, now, not_found_grace)
 }
 
@@ -388,7 +425,7 @@ pub fn verdict_of(
             } else {
                 // Money moved, but not the money asked for: neither paid
                 // nor unpaid. Hold and alarm.
-                metrics::count("PaymentMismatch", 1);
+                metrics::PAYMENT_MISMATCH.count(1);
                 Verdict::Unknown(format!(
                     "channel success with {amount} {currency}, expected {} {}",
                     p.amount, p.currency

@@ -253,7 +253,8 @@ impl<S: OrderStore> CreateOrder<S> {
         };
         match self.store.create_order(&order, &claim).await? {
             CreateResult::Created => {
-                info!(order_id = %order.order_id, expire_at = %order.expire_at, amount = order.amount_total, "order created");
+                info!(order_id = %order.order_id, expire_at = %order.expire_at, amount = order.amount_total, trigger = "api", outcome = "created", "order created");
+                crate::metrics::ORDER_CREATED.count(1);
                 Ok(Created { order, replayed: false })
             }
             CreateResult::Replay { order_id, same_request } => self.replay(&order_id, same_request).await,

@@ -56,7 +56,7 @@ pub async fn get_order<S: OrderStore, Q: CloseReminders>(
         match store.note_lazy_reminder(order, now, LAZY_REMINDER_EVERY).await {
             Ok(Cas::Applied) => match reminders.remind_later(&order.order_id, Duration::ZERO).await {
                 Ok(()) => {
-                    info!(order_id = %order.order_id, trigger = "lazy", "overdue order read: close reminder sent")
+                    info!(order_id = %order.order_id, trigger = "lazy", outcome = "reminder_sent", "overdue order read: close reminder sent")
                 }
                 Err(e) => {
                     warn!(order_id = %order.order_id, error = %e, "lazy close reminder not sent; the sweep covers it")

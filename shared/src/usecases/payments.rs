@@ -240,10 +240,13 @@ where
                         .settle_success(&record.order, p, &channel_txn_id, evidence, None, REFUND_NOTICE)
                         .await?;
                     info!(payment_id = %p.payment_id, result = ?r, "an earlier attempt was paid");
+                    if r == SettleResult::Paid {
+                        metrics::ORDER_PAID.count(1);
+                    }
                     return Ok(match r {
                         SettleResult::OrderMoved => Supersede::Moved,
                         SettleResult::TxnIdTaken => {
-                            metrics::count("PaymentMismatch", 1);
+                            metrics::PAYMENT_MISMATCH.count(1);
                             Supersede::Blocked(format!("earlier payment {} could not be recorded", p.payment_id))
                         }
                         _ => Supersede::FoundPaid,
@@ -323,7 +326,7 @@ pub async fn handle_notification<S: OrderStore + PaymentStore>(
     };
     if let Some(field) = mismatch {
         warn!(payment_id = %payment_id, field, "notification does not match the payment attempt; rejected");
-        metrics::count("PaymentMismatch", 1);
+        metrics::PAYMENT_MISMATCH.count(1);
         return Err(ApiError::unprocessable(
             "mismatch",
             format!("{field} does not match the payment attempt; nothing was recorded"),
@@ -350,17 +353,18 @@ pub async fn handle_notification<S: OrderStore + PaymentStore>(
             .await?;
         match result {
             SettleResult::Paid => {
-                info!(order_id = %order.order_id, payment_id = %payment_id, from = order.status.as_str(), "order PAID");
+                info!(order_id = %order.order_id, payment_id = %payment_id, from = order.status.as_str(), trigger = "webhook", outcome = "paid", "order PAID");
+                metrics::ORDER_PAID.count(1);
                 return Ok(json!({"result": "paid"}));
             }
             SettleResult::Duplicate => return Ok(json!({"result": "duplicate"})),
             SettleResult::RefundPending => {
-                warn!(order_id = %order.order_id, payment_id = %payment_id, status = order.status.as_str(), "payment for a final order: refund pending");
-                metrics::count("LatePaymentRefund", 1);
+                warn!(order_id = %order.order_id, payment_id = %payment_id, status = order.status.as_str(), trigger = "webhook", outcome = "refund_pending", "payment for a final order: refund pending");
+                metrics::LATE_PAYMENT_REFUND.count(1);
                 return Ok(json!({"result": "refund_pending"}));
             }
             SettleResult::TxnIdTaken => {
-                metrics::count("PaymentMismatch", 1);
+                metrics::PAYMENT_MISMATCH.count(1);
                 return Err(ApiError::unprocessable(
                     "mismatch",
                     "channel_txn_id is already bound to another payment; nothing was recorded",

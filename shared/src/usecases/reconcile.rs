@@ -379,6 +379,32 @@ pub fn reconcile(snapshot: &TableSnapshot, ledger: Option<&[LedgerEntry]>, bound
     }
 }
 
+/// What the table holds open when the run reads it (seed 000 §11.1: open
+/// orders and the oldest one's age; the refund backlog). The full read is
+/// the reconciliation's anyway; the sweep, which runs every minute, reads
+/// only what is overdue and so cannot count what is merely open.
+#[derive(Debug, PartialEq)]
+pub struct Backlog {
+    pub open_orders: u64,
+    pub oldest_open: std::time::Duration,
+    pub refunds_pending: u64,
+}
+
+impl Backlog {
+    pub fn of(records: &[OrderRecord], now: Timestamp) -> Self {
+        let open: Vec<_> = records.iter().filter(|r| !r.order.status.is_final()).collect();
+        Self {
+            open_orders: open.len() as u64,
+            oldest_open: open.iter().map(|r| r.order.created_at.until(now)).max().unwrap_or_default(),
+            refunds_pending: records
+                .iter()
+                .flat_map(|r| &r.refunds)
+                .filter(|f| f.status == RefundStatus::RefundPending)
+                .count() as u64,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -454,6 +480,31 @@ mod tests {
             updated_at: None,
             user_id: None,
         }
+    }
+
+    #[test]
+    fn the_backlog_counts_open_orders_the_oldest_ones_age_and_pending_refunds() {
+        let mut old = order("ord_old", OrderStatus::Closing, None);
+        old.created_at = Timestamp::from_unix_millis(10_000);
+        let mut young = order("ord_young", OrderStatus::PendingPayment, None);
+        young.created_at = Timestamp::from_unix_millis(50_000);
+        let closed = order("ord_closed", OrderStatus::Closed, None);
+        let records = vec![
+            record(old, vec![], vec![], false),
+            record(young, vec![], vec![], false),
+            record(
+                closed,
+                vec![],
+                vec![
+                    refund("ord_closed", "pay_1", RefundStatus::RefundPending),
+                    refund("ord_closed", "pay_2", RefundStatus::Refunded),
+                ],
+                true,
+            ),
+        ];
+        let backlog = Backlog::of(&records, Timestamp::from_unix_millis(70_000));
+        assert_eq!(backlog, Backlog { open_orders: 2, oldest_open: Duration::from_secs(60), refunds_pending: 1 });
+        assert_eq!(Backlog::of(&[], Timestamp::from_unix_millis(0)).open_orders, 0);
     }
 
     /// Reconciles at the epoch: every record is fresh, nothing is overdue.

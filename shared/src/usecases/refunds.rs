@@ -108,8 +108,8 @@ async fn record_refunded<S: PaymentStore>(
         if store.update_refund(&refund, RefundStatus::Refunded, Some(channel_refund_id), None, now).await?
             == Cas::Applied
         {
-            info!(channel_refund_id, from = refund.status.as_str(), "refunded");
-            metrics::count("RefundCompleted", 1);
+            info!(order_id = %refund.order_id, payment_id = %refund.payment_id, outcome = "refunded", channel_refund_id, from = refund.status.as_str(), "refunded");
+            metrics::REFUND_COMPLETED.count(1);
             return Ok(RefundOutcome::Refunded);
         }
         refund = match store.refund(&refund.order_id, &refund.payment_id).await? {
@@ -135,17 +135,17 @@ async fn count_failed_try<S: PaymentStore>(
     let to = if give_up { RefundStatus::RefundFailed } else { refund.status };
     if store.update_refund(&refund, to, None, Some(&failure), now).await? == Cas::Rejected {
         info!(tries = refund.tries, "another delivery of this refund counted the try first; stepping aside");
-        metrics::count("RefundDuplicateDelivery", 1);
+        metrics::REFUND_DUPLICATE_DELIVERY.count(1);
         return Ok(RefundOutcome::Superseded);
     }
     if give_up {
-        error!(tries, error = %failure, "refund out of automatic tries: needs a person");
-        metrics::count("RefundGaveUp", 1);
+        error!(order_id = %refund.order_id, payment_id = %refund.payment_id, outcome = "gave_up", tries, error = %failure, "refund out of automatic tries: needs a person");
+        metrics::REFUND_GAVE_UP.count(1);
         let refund = Refund { tries, status: RefundStatus::RefundFailed, last_error: Some(failure), ..refund };
         return Ok(RefundOutcome::GiveUp(Box::new(refund)));
     }
-    warn!(tries, error = %failure, "refund try failed; will retry");
-    metrics::count("RefundRetry", 1);
+    warn!(order_id = %refund.order_id, payment_id = %refund.payment_id, outcome = "retry", tries, error = %failure, "refund try failed; will retry");
+    metrics::REFUND_RETRY.count(1);
     Ok(RefundOutcome::RetryAfter(backoff(tries)))
 }
 

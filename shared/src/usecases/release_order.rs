@@ -43,7 +43,7 @@ pub async fn release_order<S: OrderStore>(
         // The stream filter only delivers transitions into CLOSED; anything
         // else means the record is not what it claims to be. Never release.
         error!(status = record.order.status.as_str(), "release requested for an order that is not CLOSED");
-        metrics::count("ReleaseRefused", 1);
+        metrics::RELEASE_REFUSED.count(1);
         report.refused += 1;
         return Ok(report);
     }
@@ -57,7 +57,7 @@ pub async fn release_order<S: OrderStore>(
             Err(refused) => {
                 report.refused += 1;
                 error!(sku = %r.sku, %refused, "invariant breach: a CONFIRMED reservation on a CLOSED order was not released");
-                metrics::count("ConfirmedReservationOnClosedOrder", 1);
+                metrics::CONFIRMED_RESERVATION_ON_CLOSED_ORDER.count(1);
             }
         }
     }
@@ -82,9 +82,9 @@ pub async fn release_order<S: OrderStore>(
         };
         tally(&mut report, res, "coupon lock");
     }
-    metrics::count("ReservationsReleased", u64::from(report.moved));
+    metrics::RESERVATIONS_RELEASED.count(u64::from(report.moved));
     effects_settled(store, order_id, OrderStatus::Closed, &report).await?;
-    info!(moved = report.moved, already = report.already, refused = report.refused, "release done");
+    info!(order_id = %order_id, outcome = "released", moved = report.moved, already = report.already, refused = report.refused, "release done");
     Ok(report)
 }
 
@@ -120,7 +120,7 @@ where
         let res = store.confirm_reservation(order_id, r, clock.now()).await?;
         if let Err(refused) = &res {
             error!(sku = %r.sku, %refused, "invariant breach: reservation released while the order is PAID");
-            metrics::count("ReleasedReservationOnPaidOrder", 1);
+            metrics::RELEASED_RESERVATION_ON_PAID_ORDER.count(1);
         }
         tally(&mut report, res, "reservation");
     }
@@ -132,7 +132,7 @@ where
     effects_settled(store, order_id, OrderStatus::Paid, &report).await?;
     wakeups.cancel_wake_up(order_id).await?;
     close_other_payments(store, channel, clock, &record).await?;
-    info!(moved = report.moved, already = report.already, refused = report.refused, "settle done");
+    info!(order_id = %order_id, outcome = "settled", moved = report.moved, already = report.already, refused = report.refused, "settle done");
     Ok(report)
 }
 
@@ -163,7 +163,7 @@ async fn close_other_payments<S: PaymentStore, C: PaymentChannel>(
                 };
                 let r = store.settle_success(order, p, &channel_txn_id, evidence, None, REFUND_NOTICE).await?;
                 warn!(payment_id = %p.payment_id, result = ?r, "a second payment succeeded: refund");
-                metrics::count("LatePaymentRefund", 1);
+                metrics::LATE_PAYMENT_REFUND.count(1);
             }
             Verdict::Unpaid(detail) => {
                 let evidence = Evidence {

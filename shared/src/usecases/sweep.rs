@@ -263,7 +263,7 @@ const REDRIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn log_found(ids: &[OrderId]) {
     for id in ids {
-        info!(order_id = %id, trigger = "sweep", "overdue open order: close reminder sent");
+        info!(order_id = %id, trigger = "sweep", outcome = "reminder_sent", "overdue open order: close reminder sent");
     }
 }
 
@@ -284,12 +284,12 @@ fn merge(into: &mut SweepReport, r: SweepReport) {
 /// (should stay near 0), how old the oldest overdue things are, and that
 /// the run completed (the "sweep not running" alarm watches this).
 pub fn emit_metrics(report: &SweepReport, duration: Duration) {
-    metrics::count("SweepFoundOpen", u64::from(report.open_found));
-    metrics::count("SweepFoundEffects", u64::from(report.effects_found));
-    metrics::count("SweepFoundRefunds", u64::from(report.refunds_found));
-    metrics::emit("OldestOverdueOpenOrderSeconds", report.oldest_open_overdue.as_secs_f64(), "Seconds");
-    metrics::emit("OldestPendingEffectSeconds", report.oldest_effect_overdue.as_secs_f64(), "Seconds");
-    metrics::emit("SweepDuration", duration.as_millis() as f64, "Milliseconds");
-    metrics::count("SweepUnfinishedShards", report.unfinished.len() as u64);
-    metrics::count("SweepCompleted", 1);
+    metrics::SWEEP_FOUND_OPEN.count(u64::from(report.open_found));
+    metrics::SWEEP_FOUND_EFFECTS.count(u64::from(report.effects_found));
+    metrics::SWEEP_FOUND_REFUNDS.count(u64::from(report.refunds_found));
+    metrics::OLDEST_OVERDUE_OPEN_ORDER_SECONDS.duration(report.oldest_open_overdue);
+    metrics::OLDEST_PENDING_EFFECT_SECONDS.duration(report.oldest_effect_overdue);
+    metrics::SWEEP_DURATION.duration(duration);
+    metrics::SWEEP_UNFINISHED_SHARDS.count(report.unfinished.len() as u64);
+    metrics::SWEEP_COMPLETED.count(1);
 }
