@@ -400,7 +400,7 @@ mod tests {
     #[test]
     fn every_redrivable_dlq_has_a_source_and_every_other_says_what_to_do() {
         for d in DLQS {
-            assert!(d.source_key.is_some() != !d.instead.is_empty(), "{}", d.name);
+            assert_eq!(d.source_key.is_some(), d.instead.is_empty(), "{}", d.name);
         }
     }
 }

@@ -2,8 +2,9 @@
 //! due index (never a scan; layout in `infra/data-model.md`):
 //!
 //! - `OPEN#n` entries past due: CLOSING orders past their lease (a closer
-//!   died or holds an unknown payment state) and PENDING_PAYMENT orders past
-//!   `expire_at` (their wake-up was lost; the sweep sends a reminder);
+//!   died, or nobody resumed an unknown payment state) and PENDING_PAYMENT
+//!   orders past `expire_at` by more than the sweep's grace (their wake-up
+//!   was lost; the sweep sends a reminder);
 //! - `FX#n` order entries past due: final orders whose stock or coupon is
 //!   not settled yet;
 //! - `FX#n` refund entries: every refund still REFUND_PENDING (the backlog),
@@ -63,7 +64,12 @@ pub struct Report {
     pub now: String,
     pub shards_read: u32,
     pub closing_past_lease: Vec<OpenOrder>,
+    /// Past `expire_at` by more than the sweep's grace: its wake-up did not
+    /// close it, and the sweep has not either yet.
     pub open_past_expiry: Vec<OpenOrder>,
+    /// Past `expire_at` within the grace: the wake-up is normally on it.
+    pub open_within_grace: usize,
+    pub grace_seconds: u64,
     pub effects_pending: Vec<PendingEffects>,
     /// FX order entries not yet due (within the effects grace): normal.
     pub effects_settling: usize,
@@ -85,6 +91,9 @@ impl Report {
 }
 
 pub async fn run(stack: &Stack, shards: Option<u32>, peek: i32, json_out: bool) -> Result<()> {
+    // The sweep's grace (the template's default when the outputs do not
+    // say): an order just past expire_at is being closed by its wake-up.
+    let grace = stack.opt("SWEEP_GRACE_SECONDS").and_then(|n| n.parse().ok()).unwrap_or(30);
     let shard_count = match shards {
         Some(n) => n,
         None => stack.opt("DUE_INDEX_SHARDS_SWEEP").and_then(|n| n.parse().ok()).unwrap_or(16),
@@ -112,6 +121,8 @@ pub async fn run(stack: &Stack, shards: Option<u32>, peek: i32, json_out: bool) 
         shards_read: shard_count,
         closing_past_lease: vec![],
         open_past_expiry: vec![],
+        open_within_grace: 0,
+        grace_seconds: grace,
         effects_pending: vec![],
         effects_settling: 0,
         refunds_pending: vec![],
@@ -123,9 +134,9 @@ pub async fn run(stack: &Stack, shards: Option<u32>, peek: i32, json_out: bool) 
         classify(&store, entry, now, &mut report).await?;
     }
     pb.finish_and_clear();
-    report.closing_past_lease.sort_by(|a, b| b.overdue_seconds.cmp(&a.overdue_seconds));
-    report.open_past_expiry.sort_by(|a, b| b.overdue_seconds.cmp(&a.overdue_seconds));
-    report.refunds_pending.sort_by(|a, b| b.age_seconds.cmp(&a.age_seconds));
+    report.closing_past_lease.sort_by_key(|o| std::cmp::Reverse(o.overdue_seconds));
+    report.open_past_expiry.sort_by_key(|o| std::cmp::Reverse(o.overdue_seconds));
+    report.refunds_pending.sort_by_key(|f| std::cmp::Reverse(f.age_seconds));
     report.oldest_refund_age_seconds = report.refunds_pending.first().map(|r| r.age_seconds);
     if json_out {
         let mut v = json!(report);
@@ -168,9 +179,12 @@ async fn classify(store: &DynamoStore, entry: DueEntry, now: Timestamp, report: 
                     report.closing_past_lease.push(open(l.lease_until))
                 }
                 (OrderStatus::Closing, None) => report.closing_past_lease.push(open(entry.due_at)),
-                (OrderStatus::PendingPayment, _) if o.expire_at <= now => {
+                (OrderStatus::PendingPayment, _)
+                    if o.expire_at.plus(Duration::from_secs(report.grace_seconds)) <= now =>
+                {
                     report.open_past_expiry.push(open(o.expire_at))
                 }
+                (OrderStatus::PendingPayment, _) if o.expire_at <= now => report.open_within_grace += 1,
                 _ => {}
             }
         }
@@ -236,7 +250,12 @@ fn print_human(r: &Report) {
         }
         println!("{t}");
     }
-    println!("\nPENDING_PAYMENT past expire_at: {}", r.open_past_expiry.len());
+    println!(
+        "\nPENDING_PAYMENT past expire_at + the sweep's grace ({}s): {} (and {} within it)",
+        r.grace_seconds,
+        r.open_past_expiry.len(),
+        r.open_within_grace
+    );
     if !r.open_past_expiry.is_empty() {
         let mut t = table(&["order", "expired at", "overdue", "attempts"]);
         for o in &r.open_past_expiry {
