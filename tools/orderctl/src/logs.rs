@@ -5,10 +5,13 @@
 //! (`schedule`, `sweep`, `lazy`, `operator:…`, `redrive`) and outcome, and
 //! the effect functions log what they settled.
 //!
-//! What it cannot show: a reminder that never reached a function (lost
-//! before delivery), lines a function logged without the order id (the
-//! sweep's batch summaries), and anything older than the log groups'
-//! retention.
+//! The sweep logs each reminder it sends with the order id, so a swept
+//! reminder shows twice: sent (sweep) and handled (close-order).
+//!
+//! What it cannot show: a reminder lost before it reached a function (a
+//! schedule that never fired leaves no line), lines a function logged
+//! without the order id (batch summaries), and anything older than the log
+//! groups' retention.
 
 use crate::error::Result;
 use crate::settings::Stack;

@@ -60,6 +60,13 @@ pub struct PendingRefund {
 }
 
 #[derive(Debug, Clone, Serialize)]
+pub struct ShardSummary {
+    pub shard: String,
+    pub entries: u64,
+    pub oldest_due_at: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub now: String,
     pub shards_read: u32,
@@ -67,6 +74,9 @@ pub struct Report {
     /// Past `expire_at` by more than the sweep's grace: its wake-up did not
     /// close it, and the sweep has not either yet.
     pub open_past_expiry: Vec<OpenOrder>,
+    /// Final orders that still have an `OPEN#` entry (written outside the
+    /// store's transitions): the sweep sends them a reminder every run.
+    pub open_entry_on_final_order: Vec<OpenOrder>,
     /// Past `expire_at` within the grace: the wake-up is normally on it.
     pub open_within_grace: usize,
     pub grace_seconds: u64,
@@ -76,6 +86,10 @@ pub struct Report {
     pub refunds_pending: Vec<PendingRefund>,
     pub oldest_refund_age_seconds: Option<u64>,
     pub dead_letter_queues: Vec<Depth>,
+    /// Every non-empty shard of the index, due or not: how many entries and
+    /// the oldest `due_at` (what lowering `DueIndexShards` waits on:
+    /// `infra/data-model.md`).
+    pub index_shards: Vec<ShardSummary>,
     /// Index keys this version does not know.
     pub unrecognised: Vec<String>,
 }
@@ -86,6 +100,7 @@ impl Report {
         !self.closing_past_lease.is_empty()
             || !self.open_past_expiry.is_empty()
             || !self.effects_pending.is_empty()
+            || !self.open_entry_on_final_order.is_empty()
             || self.dead_letter_queues.iter().any(|d| d.visible > 0)
     }
 }
@@ -115,19 +130,24 @@ pub async fn run(stack: &Stack, shards: Option<u32>, peek: i32, json_out: bool) 
     }));
     let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
     let depths = futures_util::future::join_all(queues::DLQS.iter().map(|d| queues::depth(&sqs, stack, d, peek)));
-    let (pages, depths) = futures_util::join!(pages, depths);
+    let summaries = futures_util::future::join_all(
+        DueIndex::shards(&store).into_iter().map(|shard| shard_summary(&store, shard, far)),
+    );
+    let (pages, depths, summaries) = futures_util::join!(pages, depths, summaries);
     let mut report = Report {
         now: now.to_string(),
         shards_read: shard_count,
         closing_past_lease: vec![],
         open_past_expiry: vec![],
         open_within_grace: 0,
+        open_entry_on_final_order: vec![],
         grace_seconds: grace,
         effects_pending: vec![],
         effects_settling: 0,
         refunds_pending: vec![],
         oldest_refund_age_seconds: None,
         dead_letter_queues: depths,
+        index_shards: summaries.into_iter().collect::<Result<Vec<_>>>()?.into_iter().flatten().collect(),
         unrecognised: vec![],
     };
     for entry in pages.into_iter().collect::<Result<Vec<_>>>()?.into_iter().flatten() {
@@ -145,6 +165,37 @@ pub async fn run(stack: &Stack, shards: Option<u32>, peek: i32, json_out: bool) 
     }
     print_human(&report);
     Ok(())
+}
+
+/// The shard's entry count (a COUNT query: keys only, nothing decoded) and
+/// its oldest entry; `None` for an empty shard.
+async fn shard_summary(store: &DynamoStore, shard: String, far: Timestamp) -> Result<Option<ShardSummary>> {
+    use aws_sdk_dynamodb::types::{AttributeValue as Av, Select};
+    let (mut entries, mut start) = (0u64, None);
+    loop {
+        let out = store
+            .client()
+            .query()
+            .table_name(store.table())
+            .index_name(order_core::aws::due_index::DUE_INDEX)
+            .key_condition_expression("due_shard = :shard")
+            .expression_attribute_values(":shard", Av::S(shard.clone()))
+            .select(Select::Count)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(|e| crate::error::CliError::aws("counting due-index entries", e))?;
+        entries += out.count().max(0) as u64;
+        start = out.last_evaluated_key().cloned();
+        if start.is_none() {
+            break;
+        }
+    }
+    if entries == 0 {
+        return Ok(None);
+    }
+    let oldest = store.due_page(&shard, far, 1, None).await?.entries.first().map(|e| e.due_at.to_string());
+    Ok(Some(ShardSummary { shard, entries, oldest_due_at: oldest }))
 }
 
 async fn all_entries(store: &DynamoStore, shard: &str, cutoff: Timestamp) -> Result<Vec<DueEntry>> {
@@ -185,6 +236,10 @@ async fn classify(store: &DynamoStore, entry: DueEntry, now: Timestamp, report: 
                     report.open_past_expiry.push(open(o.expire_at))
                 }
                 (OrderStatus::PendingPayment, _) if o.expire_at <= now => report.open_within_grace += 1,
+                // The write into a final status moves the entry to FX# or
+                // drops it; one left behind means the record was written
+                // some other way, and the sweep reminds it every run.
+                (s, _) if s.is_final() => report.open_entry_on_final_order.push(open(entry.due_at)),
                 _ => {}
             }
         }
@@ -268,6 +323,14 @@ fn print_human(r: &Report) {
         }
         println!("{t}");
     }
+    if !r.open_entry_on_final_order.is_empty() {
+        println!("\nfinal orders still in the OPEN part of the index: {}", r.open_entry_on_final_order.len());
+        let mut t = table(&["order", "status", "due since"]);
+        for o in &r.open_entry_on_final_order {
+            t.add_row(vec![o.order_id.clone(), o.status.clone(), o.due_at.clone()]);
+        }
+        println!("{t}");
+    }
     println!(
         "\nfinal orders with effects pending past their grace: {} (and {} within it)",
         r.effects_pending.len(),
@@ -307,6 +370,19 @@ fn print_human(r: &Report) {
     }
     println!();
     queues::print_depths(&r.dead_letter_queues);
+    let (open, fx): (Vec<&ShardSummary>, Vec<&ShardSummary>) =
+        r.index_shards.iter().partition(|s| s.shard.starts_with("OPEN#"));
+    let oldest =
+        |v: &[&ShardSummary]| v.iter().filter_map(|s| s.oldest_due_at.clone()).min().unwrap_or_else(|| "-".into());
+    println!(
+        "\ndue index: {} OPEN entries in {} shard(s) (oldest due {}), {} FX entries in {} shard(s) (oldest due {})",
+        open.iter().map(|s| s.entries).sum::<u64>(),
+        open.len(),
+        oldest(&open),
+        fx.iter().map(|s| s.entries).sum::<u64>(),
+        fx.len(),
+        oldest(&fx),
+    );
     if !r.unrecognised.is_empty() {
         println!("\nindex keys this orderctl does not know: {}", r.unrecognised.join(", "));
     }
