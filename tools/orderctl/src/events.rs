@@ -10,7 +10,7 @@
 
 use crate::error::{CliError, Result};
 use crate::logs;
-use crate::output::{print_json, table};
+use crate::output::{print_json, spinner, table};
 use crate::settings::Stack;
 use order_core::aws::dynamo::DynamoStore;
 use order_core::domain::{OrderId, OrderStatus, RefundStatus};
@@ -59,7 +59,10 @@ pub async fn run(stack: &Stack, id: &str, json_out: bool) -> Result<()> {
         .await?
         .ok_or_else(|| CliError::new(format!("order {order_id} not found"), "check the id and --stack"))?;
     let since = record.order.created_at.minus(Duration::from_secs(60));
-    let (lines, notes) = logs::lines_naming(stack, order_id.as_str(), since, Some("relay")).await?;
+    let pb = spinner(json_out, "reading the relay's log lines for the order");
+    let found = logs::lines_naming(stack, order_id.as_str(), since, Some("relay")).await;
+    pb.finish_and_clear();
+    let (lines, notes) = found?;
     let published: Vec<Published> = lines
         .iter()
         .filter(|l| l.message == "event published")

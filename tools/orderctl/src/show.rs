@@ -11,7 +11,7 @@
 
 use crate::error::{CliError, Result};
 use crate::logs::{self, LogLine};
-use crate::output::{name_of, print_json, table};
+use crate::output::{name_of, print_json, spinner, table};
 use crate::settings::Stack;
 use aws_sdk_dynamodb::types::AttributeValue as Av;
 use order_core::aws::dynamo::DynamoStore;
@@ -66,7 +66,10 @@ pub async fn run(stack: &Stack, id: &str, with_logs: bool, json_out: bool) -> Re
     let entries = timeline(&record, &times);
     let (log_lines, log_notes) = if with_logs {
         let since = record.order.created_at.minus(Duration::from_secs(60));
-        logs::lines_naming(stack, order_id.as_str(), since, None).await?
+        let pb = spinner(json_out, "searching the functions' log groups for the order id (--no-logs skips this)");
+        let found = logs::lines_naming(stack, order_id.as_str(), since, None).await;
+        pb.finish_and_clear();
+        found?
     } else {
         (Vec::new(), vec!["not read (--no-logs)".to_owned()])
     };
