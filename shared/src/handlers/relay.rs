@@ -121,8 +121,12 @@ pub async fn publish_all<P: EventPublisher + ?Sized>(
         last = failures;
     }
     if pending.is_empty() {
-        if !events.is_empty() {
-            info!(events = events.len(), "events published");
+        // One line per event, naming its order: what `orderctl events ID`
+        // reads back from the relay's log group (the bus keeps no history
+        // one could query per order).
+        for e in events {
+            info!(order_id = %e.order_id(), detail_type = e.detail_type(), event_id = e.event_id(),
+                  version = e.version(), occurred_at = %e.occurred_at(), "event published");
         }
         return Ok(());
     }

@@ -1,0 +1,187 @@
+//! `orderctl`: the operators' command line for an order-expiry stack.
+//!
+//! # Layout
+//!
+//! - [`settings`]: which stack (`--stack` → CloudFormation outputs, else
+//!   `.local/stack.env`) and the AWS configuration (the usual chain).
+//! - [`signed`]: SigV4-signed calls for the APIs without an SDK crate in
+//!   the workspace (CloudFormation, Lambda, CloudWatch Logs, the admin API).
+//! - one module per command: [`show`], [`stuck`], [`check`], [`queues`]
+//!   (redrive), [`reconcile`], [`stock`], [`events`]; [`logs`] and
+//!   [`output`] are shared by them.
+//!
+//! Read-only commands read the table with `order_core`'s decoding. Nothing
+//! here writes a status: `check` goes through the audited admin route and
+//! `reconcile` runs the stack's own function.
+
+mod check;
+mod error;
+mod events;
+mod logs;
+mod output;
+mod queues;
+mod reconcile;
+mod settings;
+mod show;
+mod signed;
+mod stock;
+mod stuck;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+const LONG_ABOUT: &str = "\
+Operate an order-expiry stack: read one order's whole timeline, list what \
+is stuck, force-check an order through the audited admin route, redrive a \
+dead-letter queue, run reconciliation, read a SKU's stock and an order's \
+integration events.
+
+Which stack: --stack NAME reads that stack's CloudFormation outputs \
+(DescribeStacks) with the usual AWS credential chain (env, profile, SSO, \
+role) and AWS_ENDPOINT_URL if set. Without --stack, the .local/stack.env \
+that `infra/local.sh up` writes is used (--env-file PATH, else the nearest \
+.local/stack.env in the current folder or a parent); its endpoint, region \
+and keys apply where the environment sets none. --stack wins over the file.
+
+Output is a human table; --json prints one JSON document on stdout for \
+scripts (progress and notes go to stderr, and are hidden with --json).
+
+Exit codes: 0 done (reconcile: clean), 1 error (the message says what to \
+do), 2 usage error, 3 reconcile found discrepancies.";
+
+const EXAMPLES: &str = "\
+Examples:
+  orderctl order show ord_01JD…            the timeline of one order
+  orderctl --json order show ord_01JD… | jq '.timeline[] | select(.kind==\"status\")'
+  orderctl stuck                           leases past due, pending effects and refunds, DLQs
+  orderctl stuck --peek 5                  … with up to 5 messages of each non-empty DLQ
+  orderctl check ord_01JD…                 force-check (recorded with your IAM identity)
+  orderctl redrive close-dlq               CloseDLQ back to CloseQueue, with a count
+  orderctl reconcile                       run reconciliation now, report by kind
+  orderctl stock sku-1                     available / reserved / sold / price
+  orderctl events ord_01JD…                the order's integration events
+  orderctl --stack order-expiry-prod stuck against a deployed stack (AWS_PROFILE=…)";
+
+#[derive(Parser)]
+#[command(name = "orderctl", version, about = "Operate an order-expiry stack", long_about = LONG_ABOUT,
+          after_help = EXAMPLES)]
+struct Cli {
+    /// Print one JSON document on stdout instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Read this CloudFormation stack's outputs (wins over --env-file).
+    #[arg(long, global = true, value_name = "NAME")]
+    stack: Option<String>,
+    /// The stack.env to read when no --stack is given [default: the nearest .local/stack.env].
+    #[arg(long, global = true, value_name = "PATH")]
+    env_file: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// One order.
+    Order {
+        #[command(subcommand)]
+        command: OrderCommand,
+    },
+    /// What the backstop has not finished: CLOSING past its lease, open
+    /// orders past expiry, effects pending, the refund backlog, DLQ depths.
+    Stuck {
+        /// Peek at up to this many messages (max 10) of each non-empty DLQ; 0: none.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(0..=10))]
+        peek: i32,
+        /// Due-index shards to read [default: the stack's DueIndexShardsSweep, else 16].
+        #[arg(long)]
+        shards: Option<u32>,
+    },
+    /// The audited force-check: runs the close use case on the order now
+    /// (it can only do what a wake-up could) and records who asked.
+    Check {
+        /// The order id (ord_…).
+        order_id: String,
+    },
+    /// Move a dead-letter queue's messages back to their source queue.
+    #[command(after_help = "Queues: close-dlq, wakeup-dlq, refund-dlq, order-placed-dlq, order-closed-dlq, \
+                            order-paid-dlq (redrivable); event-delivery-dlq, sweep-dlq, stream-failure, \
+                            stream-dead-letter, reconcile-failure (the error says what to do instead).")]
+    Redrive {
+        /// The DLQ, e.g. close-dlq.
+        queue: String,
+        /// Move at most this many messages.
+        #[arg(long)]
+        max: Option<u64>,
+    },
+    /// Run the reconcile function now and print its report by kind.
+    Reconcile,
+    /// A SKU's stock and catalog price.
+    Stock {
+        /// The SKU.
+        sku: String,
+    },
+    /// The integration events of one order (from the relay's log lines).
+    Events {
+        /// The order id (ord_…).
+        order_id: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum OrderCommand {
+    /// The whole timeline: status changes with causes, reminders that
+    /// reached it, payment attempts with their evidence, refunds with tries,
+    /// reservations and coupon lock with when each settled, operator checks,
+    /// and the functions' log lines naming the order.
+    Show {
+        /// The order id (ord_…).
+        order_id: String,
+        /// Skip the CloudWatch Logs search (faster; records only).
+        #[arg(long)]
+        no_logs: bool,
+    },
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("orderctl: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> error::Result<ExitCode> {
+    let stack = settings::resolve(cli.stack.as_deref(), cli.env_file.as_deref()).await?;
+    let json = cli.json;
+    match cli.command {
+        Command::Order { command: OrderCommand::Show { order_id, no_logs } } => {
+            show::run(&stack, &order_id, !no_logs, json).await?
+        }
+        Command::Stuck { peek, shards } => stuck::run(&stack, shards, peek, json).await?,
+        Command::Check { order_id } => check::run(&stack, &order_id, json).await?,
+        Command::Redrive { queue, max } => queues::redrive(&stack, &queue, max, json).await?,
+        Command::Reconcile => {
+            return Ok(match reconcile::run(&stack, json).await? {
+                reconcile::Found::Clean => ExitCode::SUCCESS,
+                reconcile::Found::Discrepancies => ExitCode::from(3),
+            })
+        }
+        Command::Stock { sku } => stock::run(&stack, &sku, json).await?,
+        Command::Events { order_id } => events::run(&stack, &order_id, json).await?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
+}
