@@ -87,6 +87,11 @@ pub struct Args {
     /// No progress bars (logs and CI).
     #[arg(long)]
     pub quiet: bool,
+    /// Only the invariant check, over a finished run's `scope.json` (what
+    /// it created, as the run wrote it): no traffic. For re-checking a run
+    /// after the fact, e.g. after tampering with a record on purpose.
+    #[arg(long, value_name = "SCOPE_JSON")]
+    pub check: Option<PathBuf>,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -331,3 +331,25 @@ fn histogram(path: &std::path::Path, delays_ms: &[i64]) -> Result<String, String
         bin_ms as f64 / 1000.0
     ))
 }
+
+/// The check alone (`--check`): the violations and the exit code.
+pub fn verdict_only(verdict: Result<Verdict, String>) -> i32 {
+    match verdict {
+        Ok(v) => {
+            for violation in &v.violations {
+                println!("VIOLATION {} {}: {}", violation.invariant, violation.subject, violation.detail);
+            }
+            println!(
+                "{} orders checked, {} violations; result: {}",
+                v.orders.len(),
+                v.violations.len(),
+                if v.violations.is_empty() { "PASS" } else { "FAIL" }
+            );
+            i32::from(!v.violations.is_empty())
+        }
+        Err(e) => {
+            println!("the invariant check could not run: {e}");
+            2
+        }
+    }
+}

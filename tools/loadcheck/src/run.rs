@@ -207,7 +207,11 @@ fn outcome_of(view: &Value, expire_at: OffsetDateTime) -> OrderOutcome {
 }
 
 pub async fn run(args: Args) -> i32 {
-    match run_inner(args).await {
+    let result = match args.check.clone() {
+        Some(scope) => check_only(&args, &scope).await,
+        None => run_inner(args).await,
+    };
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("loadcheck: the run could not be made: {e}");
@@ -232,7 +236,10 @@ async fn run_inner(args: Args) -> Result<i32, String> {
 
     let create_estimate = (args.orders as f64 / args.rate.max(0.1)).ceil() as i64;
     let started_unix = OffsetDateTime::now_utc().unix_timestamp();
-    let release_until = started_unix + create_estimate + window as i64 + args.release_outage as i64;
+    // Buyer names are fixed before the traffic (they sign in first), so the
+    // release's outage ends at a time planned from the asked rate, with
+    // room for a stack slower than asked.
+    let release_until = started_unix + 2 * create_estimate + 30 + window as i64 + args.release_outage as i64;
     let plans = plan_orders(&args, &run_id, release_until);
     let stock_per_sku = (args.orders as i64 * 2) / args.skus.max(1) as i64 + 10;
     let skus: BTreeMap<String, i64> =
@@ -441,8 +448,16 @@ async fn run_inner(args: Args) -> Result<i32, String> {
     // The invariant check over the run's records.
     scope.open_bound = 2 * SWEEP_PERIOD
         + Duration::from_secs(grace + lease + 60)
-        + if sweep_paused { Duration::from_secs(args.sweep_pause + grace) } else { Duration::ZERO }
+        + if sweep_paused {
+            // Everything due while the sweep was off waits for it.
+            let first_expire = expire.values().map(|(e, _)| *e).min().unwrap_or(last_expire);
+            Duration::from_secs(args.sweep_pause + grace)
+                + Duration::from_millis((last_expire - first_expire).whole_milliseconds().max(0) as u64)
+        } else {
+            Duration::ZERO
+        }
         + Duration::from_secs(args.channel_outage);
+    write_scope(&out_dir.join("scope.json"), &scope)?;
     let verdict = verify::verify(&stack, &scope).await;
 
     let own: Vec<OrderOutcome> =
@@ -485,4 +500,46 @@ async fn run_inner(args: Args) -> Result<i32, String> {
         replays: rows.iter().map(|r| r.driven.replays as usize).sum(),
     };
     Ok(report::report(&facts, &rows, verdict))
+}
+
+/// The run's scope as `scope.json`, so the check can be run again later.
+fn write_scope(path: &std::path::Path, scope: &Scope) -> Result<(), String> {
+    let v = json!({
+        "orders": scope.orders, "skus": scope.skus, "coupons": scope.coupons,
+        "open_bound_seconds": scope.open_bound.as_secs(),
+    });
+    std::fs::write(path, serde_json::to_string_pretty(&v).unwrap_or_default())
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn read_scope(path: &std::path::Path) -> Result<Scope, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let strings = |k: &str| -> BTreeSet<String> {
+        v[k].as_array().into_iter().flatten().filter_map(|s| s.as_str().map(str::to_owned)).collect()
+    };
+    Ok(Scope {
+        orders: strings("orders"),
+        skus: v["skus"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, n)| n.as_i64().map(|n| (k.clone(), n)))
+            .collect(),
+        coupons: strings("coupons"),
+        open_bound: Duration::from_secs(v["open_bound_seconds"].as_u64().unwrap_or(300)),
+    })
+}
+
+async fn check_only(args: &Args, scope_path: &std::path::Path) -> Result<i32, String> {
+    let stack = Stack::load(&args.stack_env).await?;
+    let scope = read_scope(scope_path)?;
+    println!(
+        "loadcheck --check {}: {} orders, {} SKUs, {} coupons",
+        scope_path.display(),
+        scope.orders.len(),
+        scope.skus.len(),
+        scope.coupons.len()
+    );
+    Ok(report::verdict_only(verify::verify(&stack, &scope).await))
 }
