@@ -9,6 +9,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 use system_tests::Reply;
 
+/// Tries of a retried call: the backoff (0.5, 1, 2, then 4 s) adds up to
+/// about 40 s, enough to ride out an emulator restart.
+const RETRIES: u32 = 12;
+
 pub struct Client {
     base: String,
     http: reqwest::Client,
@@ -118,7 +122,7 @@ impl Client {
         body: Option<&str>,
     ) -> Result<Reply, String> {
         let mut last = String::new();
-        for attempt in 0..6u32 {
+        for attempt in 0..RETRIES {
             if attempt > 0 {
                 tokio::time::sleep(Duration::from_millis(250 << attempt.min(4))).await;
             }
@@ -140,7 +144,7 @@ impl Client {
         body: Option<&str>,
     ) -> Result<Reply, String> {
         let mut last = String::new();
-        for attempt in 0..6u32 {
+        for attempt in 0..RETRIES {
             if attempt > 0 {
                 tokio::time::sleep(Duration::from_millis(250 << attempt.min(4))).await;
             }

@@ -51,6 +51,10 @@ pub struct Args {
     /// Fault drills to run, comma-separated (or `all`).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub drills: Vec<Drill>,
+    /// Every everyday order is `never_paid` (the drain benchmark: only
+    /// closes and releases); drills keep their share.
+    #[arg(long)]
+    pub unpaid_only: bool,
     /// Share of the orders each order-level drill takes (0..1).
     #[arg(long, default_value_t = 0.03)]
     pub drill_share: f64,

@@ -28,7 +28,7 @@ pub struct RunFacts {
     pub settled_at: OffsetDateTime,
     /// The sweep's resume time and the last backlog order's final time.
     pub backlog_drain: Option<(OffsetDateTime, Option<OffsetDateTime>)>,
-    pub skipped_drills: Vec<String>,
+    pub drill_notes: Vec<String>,
     pub drain_notes: Vec<String>,
     pub out_dir: PathBuf,
     pub replays: usize,
@@ -173,7 +173,7 @@ pub fn report(facts: &RunFacts, rows: &[OrderRow], verdict: Result<Verdict, Stri
             last_final.map_or("never".into(), |t| format!("{:.1} s", (t - resumed).as_seconds_f64()))
         );
     }
-    for note in facts.skipped_drills.iter().chain(&facts.drain_notes) {
+    for note in facts.drill_notes.iter().chain(&facts.drain_notes) {
         let _ = writeln!(s, "{note}");
     }
 

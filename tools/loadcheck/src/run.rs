@@ -4,7 +4,7 @@
 
 use crate::client::Client;
 use crate::report::{self, OrderRow, RunFacts};
-use crate::scenario::{self, Drilled, Driven, OrderPlan, Plan, MIX};
+use crate::scenario::{self, Drilled, Driven, OrderPlan, Plan, Scenario, MIX};
 use crate::stack::Stack;
 use crate::verify::{self, OrderOutcome, Scope};
 use crate::{Args, Drill};
@@ -80,6 +80,9 @@ fn plan_orders(args: &Args, run_id: &str, release_until: i64) -> Vec<OrderPlan> 
                 }
             }
             let plan = plan.unwrap_or_else(|| {
+                if args.unpaid_only {
+                    return Plan::Mix(Scenario::NeverPaid);
+                }
                 let mut pick = rng.gen_range(0..total_weight);
                 let mut chosen = MIX[0].0;
                 for (s, w) in MIX {
@@ -265,15 +268,16 @@ async fn run_inner(args: Args) -> Result<i32, String> {
     for (name, n) in &mix {
         println!("  {name:<26} {n:>6}");
     }
-    let mut skipped_drills = Vec::new();
-    if args.drills.contains(&Drill::EmulatorRestart) {
-        let why = "emulator-restart skipped: the local stack's ministack keeps its state in memory \
-                   (infra/local.sh starts it without PERSIST_STATE), so a restart would lose every order, \
-                   queue and schedule of the run; nothing restarts the emulator with its state kept, so \
-                   this drill is not simulated";
+    let mut drill_notes = Vec::new();
+    let restart_emulator = args.drills.contains(&Drill::EmulatorRestart);
+    if restart_emulator && stack.get_opt("PERSIST_STATE") != Some("1") {
+        let why = "emulator-restart skipped: the stack was started without PERSIST_STATE=1, so ministack \
+                   keeps its state in memory only and a restart would lose every order, queue and schedule \
+                   of the run (start it with `PERSIST_STATE=1 infra/local.sh up` to run this drill)";
         println!("{why}");
-        skipped_drills.push(why.to_owned());
+        drill_notes.push(why.to_owned());
     }
+    let restart_emulator = restart_emulator && stack.get_opt("PERSIST_STATE") == Some("1");
 
     let t_setup = Instant::now();
     let coupons = setup(&client, &plans, &skus).await?;
@@ -301,6 +305,42 @@ async fn run_inner(args: Args) -> Result<i32, String> {
     let done_bar = bar(&multi, plans.len() as u64, "acted");
     let opts = Arc::new(scenario::DriveOptions { channel_outage: Duration::from_secs(args.channel_outage) });
     let t_traffic = Instant::now();
+    // The emulator restart comes when half the orders are created.
+    let created_count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let restart = restart_emulator.then(|| {
+        let created_count = created_count.clone();
+        let half = plans.len() / 2;
+        let root = args.stack_env.canonicalize().ok().and_then(|p| p.parent()?.parent().map(PathBuf::from));
+        tokio::spawn(async move {
+            while created_count.load(std::sync::atomic::Ordering::Relaxed) < half {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let at = OffsetDateTime::now_utc();
+            let t = Instant::now();
+            let out = tokio::task::spawn_blocking(move || {
+                let root = root.ok_or("the repository root (the stack file's folder's parent) is unknown")?;
+                std::process::Command::new(root.join("infra/local.sh"))
+                    .arg("restart")
+                    .current_dir(&root)
+                    .output()
+                    .map_err(|e| format!("infra/local.sh restart: {e}"))
+            })
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()));
+            let took = t.elapsed().as_secs_f64();
+            match out {
+                Ok(o) if o.status.success() => Ok((at, took)),
+                Ok(o) => Err(format!(
+                    "infra/local.sh restart failed ({}): {}{}",
+                    o.status,
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                )),
+                Err(e) => Err(e),
+            }
+        })
+    });
     let mut tasks = tokio::task::JoinSet::new();
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate.max(0.1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
@@ -310,9 +350,11 @@ async fn run_inner(args: Args) -> Result<i32, String> {
         let (client, opts, created_bar, done_bar) =
             (client.clone(), opts.clone(), created_bar.clone(), done_bar.clone());
         let ends = created_at_end.clone();
+        let created_count = created_count.clone();
         let t0 = t_traffic;
         tasks.spawn(async move {
             let on_created = || {
+                created_count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 created_bar.inc(1);
                 ends.lock().unwrap().push((p.index, t0.elapsed().as_millis() as u64));
             };
@@ -330,6 +372,20 @@ async fn run_inner(args: Args) -> Result<i32, String> {
     }
     created_bar.finish();
     done_bar.finish();
+    let mut restart_note = None;
+    if let Some(task) = restart {
+        let note = match task.await {
+            Ok(Ok((at, took))) => format!(
+                "drill emulator-restart: ministack stopped and started again with its state at {} ({took:.1} s), \
+                 half the orders created; calls in flight then were retried",
+                at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+            ),
+            Ok(Err(e)) => return Err(format!("drill emulator-restart: {e}")),
+            Err(e) => return Err(format!("drill emulator-restart: {e}")),
+        };
+        println!("{note}");
+        restart_note = Some(note);
+    }
     let traffic_secs = t_traffic.elapsed().as_secs_f64();
 
     let mut scope = Scope { skus: skus.clone(), coupons: coupons.clone(), ..Default::default() };
@@ -494,7 +550,7 @@ async fn run_inner(args: Args) -> Result<i32, String> {
         stock_released_at,
         settled_at,
         backlog_drain,
-        skipped_drills,
+        drill_notes: drill_notes.into_iter().chain(restart_note).collect(),
         drain_notes,
         out_dir,
         replays: rows.iter().map(|r| r.driven.replays as usize).sum(),
