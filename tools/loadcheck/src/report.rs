@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use time::OffsetDateTime;
 
 pub struct OrderRow {
+    pub index: usize,
     pub plan: Plan,
     pub driven: Driven,
     pub outcome: Option<OrderOutcome>,
@@ -85,6 +86,25 @@ pub fn report(facts: &RunFacts, rows: &[OrderRow], verdict: Result<Verdict, Stri
         l.errors += r.driven.errors.len();
         wrong.extend(r.driven.wrong_answers.iter().cloned());
         errors.extend(r.driven.errors.iter().cloned());
+        // The outcome the scenario must end with, if every step was made.
+        if let (Some(o), Some((statuses, refunds)), true) =
+            (&r.outcome, r.plan.expected(r.index), r.driven.errors.is_empty())
+        {
+            let refunds_ok = match o.status.as_str() {
+                "CLOSED" if r.plan == Plan::Drill(crate::scenario::Drilled::ChannelNotFound) => o.refunds == 1,
+                _ => refunds.contains(&o.refunds),
+            };
+            if !statuses.contains(&o.status.as_str()) || !refunds_ok {
+                l.wrong += 1;
+                wrong.push(format!(
+                    "{} ({}): ended {} with {} refunds, expected {statuses:?} with {refunds:?}",
+                    r.plan.name(),
+                    o.order_id,
+                    o.status,
+                    o.refunds
+                ));
+            }
+        }
     }
     let _ = writeln!(s, "\n== loadcheck {} ==", facts.run_id);
     let _ = writeln!(
@@ -183,7 +203,7 @@ pub fn report(facts: &RunFacts, rows: &[OrderRow], verdict: Result<Verdict, Stri
     let _ = writeln!(
         s,
         "  {:<44} {}",
-        "surface_answers (refusals, replays, results)",
+        "surface_answers (refusals, replays, outcomes)",
         if wrong.is_empty() { "pass".to_owned() } else { format!("FAIL ({})", wrong.len()) }
     );
     if !wrong.is_empty() {

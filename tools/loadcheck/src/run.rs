@@ -529,7 +529,7 @@ async fn run_inner(args: Args) -> Result<i32, String> {
         .map(|(p, d)| {
             let d = d.clone().unwrap_or_default();
             let outcome = d.order_id.as_deref().and_then(|id| by_id.get(id)).map(|o| (*o).clone());
-            OrderRow { plan: p.plan, driven: d, outcome }
+            OrderRow { index: p.index, plan: p.plan, driven: d, outcome }
         })
         .collect();
     let backlog_drain = sweep_resumed.map(|resumed| {

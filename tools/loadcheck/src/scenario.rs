@@ -132,6 +132,42 @@ impl Plan {
             Plan::Drill(d) => d.name(),
         }
     }
+
+    /// The final statuses and refund counts the order `index` of this plan
+    /// may end with, when every step of it was made (a step the stack
+    /// refused or failed changes what it can end as). `None`: any outcome
+    /// the invariants allow.
+    pub fn expected(self, index: usize) -> Option<(&'static [&'static str], &'static [usize])> {
+        const PAID: &[&str] = &["PAID"];
+        const CLOSED: &[&str] = &["CLOSED"];
+        const NONE: &[usize] = &[0];
+        match self {
+            Plan::Mix(
+                Scenario::PaidInTime
+                | Scenario::CouponPaid
+                | Scenario::NotifiedTwice
+                | Scenario::NeverNotified
+                | Scenario::NotifiedLate
+                | Scenario::SecondAttempt,
+            ) => Some((PAID, NONE)),
+            Plan::Mix(
+                Scenario::NeverPaid
+                | Scenario::CouponUnpaid
+                | Scenario::ForgedNotifications
+                | Scenario::PaymentAfterExpiry
+                | Scenario::ReplayedCreate,
+            ) => Some((CLOSED, NONE)),
+            Plan::Mix(Scenario::SettledAtExpiry) => None,
+            Plan::Drill(
+                Drilled::CrashCloser | Drilled::SchedulerDown | Drilled::SweepBacklog | Drilled::ReleaseFails,
+            ) => Some((CLOSED, NONE)),
+            Plan::Drill(Drilled::RelayFails | Drilled::ChannelTimeout) if index % 2 == 0 => Some((PAID, NONE)),
+            Plan::Drill(Drilled::RelayFails | Drilled::ChannelTimeout) => Some((CLOSED, NONE)),
+            // Closed and refunded; PAID only had the close not run by the
+            // time the money moved.
+            Plan::Drill(Drilled::ChannelNotFound) => Some((&["CLOSED", "PAID"], &[0, 1])),
+        }
+    }
 }
 
 /// One order to drive.
@@ -308,7 +344,10 @@ impl Driver<'_> {
     async fn pay_in_time(&mut self, id: &str, amount: i64, key: &str) {
         let Some(a) = self.start_payment(id, amount, key).await else { return };
         if let Some(s) = self.settle(&a, json!({"outcome": "SUCCEEDED", "notify": true})).await {
-            if s["webhook_response"]["result"] != "paid" {
+            // `duplicate`: a retried settle (its first answer lost, e.g. in
+            // the emulator's restart) notified the same success again; the
+            // order's outcome is checked after the drain.
+            if !(s["webhook_response"]["result"] == "paid" || s["webhook_response"]["result"] == "duplicate") {
                 self.wrong(format!("an in-time payment's notification answered {s}"));
             }
         }
@@ -377,7 +416,7 @@ impl Driver<'_> {
             Plan::Mix(Scenario::NotifiedTwice) => {
                 let Some(a) = self.start_payment(&id, amount, &pay_key).await else { return };
                 let Some(s) = self.settle(&a, json!({"outcome": "SUCCEEDED", "notify": true})).await else { return };
-                if s["webhook_response"]["result"] != "paid" {
+                if !(s["webhook_response"]["result"] == "paid" || s["webhook_response"]["result"] == "duplicate") {
                     self.wrong(format!("the first notification answered {s}"));
                 }
                 let again = self.notification(&id, &a, &s, &format!("dup-{}", a.payment_id));
@@ -398,7 +437,7 @@ impl Driver<'_> {
                     self.wrong("a second key opened no new attempt".into());
                 }
                 if let Some(s) = self.settle(&second, json!({"outcome": "SUCCEEDED", "notify": true})).await {
-                    if s["webhook_response"]["result"] != "paid" {
+                    if !(s["webhook_response"]["result"] == "paid" || s["webhook_response"]["result"] == "duplicate") {
                         self.wrong(format!("the second attempt's notification answered {s}"));
                     }
                 }
