@@ -366,6 +366,8 @@ cmd_restart() {
     kill -0 "$pid" 2>/dev/null && die "ministack did not stop within 60 s"
     rm -f "$STATE/ministack.pid"
   fi
+  # start_ministack starts a fresh log: keep what came before the restart.
+  [[ -f "$STATE/ministack.log" ]] && cat "$STATE/ministack.log" >>"$STATE/ministack.before-restart.log"
   start_ministack
   ok "ministack restarted with its state in $((SECONDS - t0))s"
 }
