@@ -1,20 +1,16 @@
 #!/usr/bin/env python3
 """Where the drain's time goes on the local stack, from the emulator's log.
 
-ministack runs every event source mapping (the stream -> relay, and the
-SQS queues -> close-order, schedule-wakeup, release-order, settle-order,
-refund-worker) on one poller thread, and logs each batch it hands to a
-function ("ESM: Lambda <fn> processed <n> ... records/messages") with a
-timestamp to the second; the functions' own JSON lines follow their batch
-line, so they are attributed to that batch's time. For a time window this
-prints, per mapping: batches, records, records per batch, and the share of
-the window the poller spent on it (the time from one batch line to the next
-is counted to the later batch, since the poller runs them one after
-another); and the close-order outcomes and triggers seen in the window.
-
-    .venv/bin/python infra/drain_breakdown.py --since 02:40:10 --until 02:41:30 [--log .local/ministack.log]
-
-(Times are the log's, UTC, on the day of the log's last line.)
+ministack (1.5.33) polls every event source mapping from one loop: the
+DynamoDB stream's batches run in that loop, the SQS mappings' batches are
+handed to background threads (up to 5 in flight per mapping). It logs each
+batch it hands to a function ("ESM: Lambda <fn> processed <n> ...") with a
+timestamp to the second, and the functions' own JSON lines follow, so they
+are attributed to that time. For a time window this prints, per mapping:
+batches, records, records per batch, and the window's wall time charged to
+it by batch lines (the time from one batch line to the next goes to the
+later one: a rough split of the emulator's attention, not busy time, since
+SQS batches overlap); plus the close-order outcomes and triggers seen.
 """
 from __future__ import annotations
 
@@ -73,15 +69,15 @@ def main() -> None:
             outcomes[(fields.get("trigger", "?"), outcome)] += 1
 
     window = max(hi - lo, 1)
-    print(f"window {a.since}..{a.until} ({window} s); the poller's batches per mapping:")
-    print(f"  {'function':<30} {'batches':>8} {'records':>8} {'per batch':>9} {'poller time':>12}")
+    print(f"window {a.since}..{a.until} ({window} s); batches per mapping:")
+    print(f"  {'function':<30} {'batches':>8} {'records':>8} {'per batch':>9} {'time by lines':>14}")
     for fn in sorted(batches, key=lambda f: -busy[f]):
         print(
             f"  {fn:<30} {batches[fn]:>8} {records[fn]:>8} {records[fn] / batches[fn]:>9.1f}"
             f" {busy[fn]:>6} s {100 * busy[fn] / window:>3.0f}%"
         )
     idle = window - sum(busy.values())
-    print(f"  {'(no batch line: idle or before the first)':<58} {idle:>6} s {100 * idle / window:>3.0f}%")
+    print(f"  {'(before the first batch line, or idle)':<58} {idle:>6} s {100 * idle / window:>3.0f}%")
     print("EventBridge deliveries to queues:", dict(deliveries))
     print("close-order outcomes by trigger:")
     for (trigger, outcome), n in sorted(outcomes.items(), key=lambda kv: -kv[1]):

@@ -599,3 +599,60 @@ async fn check_only(args: &Args, scope_path: &std::path::Path) -> Result<i32, St
     );
     Ok(report::verdict_only(verify::verify(&stack, &scope).await))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn args(extra: &[&str]) -> Args {
+        Args::parse_from(["loadcheck", "--orders", "2000"].iter().chain(extra))
+    }
+
+    #[test]
+    fn the_same_seed_plans_the_same_run_and_every_name_carries_the_run_id() {
+        let a = plan_orders(&args(&["--drills", "crash-closer,release-fails"]), "lcx", 123);
+        let b = plan_orders(&args(&["--drills", "crash-closer,release-fails"]), "lcx", 123);
+        assert_eq!(a.len(), 2000);
+        assert!(a.iter().zip(&b).all(|(x, y)| x.plan == y.plan && x.buyer == y.buyer));
+        for p in &a {
+            assert!(p.buyer.contains("lcx") && p.sku.contains("lcx") && p.idempotency_key.contains("lcx"), "{p:?}");
+            assert!(p.coupon.as_ref().is_none_or(|c| c.contains("lcx")));
+        }
+    }
+
+    #[test]
+    fn drill_orders_get_the_buyer_name_that_plants_their_fault() {
+        let plans =
+            plan_orders(&args(&["--drills", "crash-closer,release-fails,scheduler-down,relay-fails"]), "lcx", 99);
+        let prefix = |d: Drilled| match d {
+            Drilled::CrashCloser => "fault-crash-closer-lcx-".to_owned(),
+            Drilled::ReleaseFails => "fault-release-until-99-lcx-".to_owned(),
+            Drilled::SchedulerDown => "fault-no-wakeup-lcx-".to_owned(),
+            Drilled::RelayFails => "fault-relay-lcx-".to_owned(),
+            other => panic!("{other:?} was not asked for"),
+        };
+        let mut seen = BTreeSet::new();
+        for p in &plans {
+            match p.plan {
+                Plan::Drill(d) => {
+                    assert!(p.buyer.starts_with(&prefix(d)), "{p:?}");
+                    seen.insert(d);
+                }
+                Plan::Mix(_) => assert!(!p.buyer.starts_with("fault-"), "{p:?}"),
+            }
+        }
+        assert_eq!(seen.len(), 4, "every drill asked for has orders: {seen:?}");
+        // The Scheduler is down only for the middle fifth of the creates.
+        assert!(plans
+            .iter()
+            .filter(|p| p.plan == Plan::Drill(Drilled::SchedulerDown))
+            .all(|p| (800..1200).contains(&p.index)));
+    }
+
+    #[test]
+    fn unpaid_only_leaves_every_everyday_order_unpaid() {
+        let plans = plan_orders(&args(&["--unpaid-only"]), "lcx", 0);
+        assert!(plans.iter().all(|p| p.plan == Plan::Mix(Scenario::NeverPaid) && p.coupon.is_none()));
+    }
+}
