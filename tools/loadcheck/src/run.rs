@@ -210,10 +210,20 @@ fn outcome_of(view: &Value, expire_at: OffsetDateTime) -> OrderOutcome {
 }
 
 pub async fn run(args: Args) -> i32 {
+    let paused_sweep = args.check.is_none() && args.drills.contains(&Drill::SweepPause);
+    let stack_env = args.stack_env.clone();
     let result = match args.check.clone() {
         Some(scope) => check_only(&args, &scope).await,
         None => run_inner(args).await,
     };
+    if paused_sweep && result.is_err() {
+        // A run that failed midway must not leave the stack without its sweep.
+        if let Ok(stack) = Stack::load(&stack_env).await {
+            if let Err(e) = set_sweep(&stack, true).await {
+                eprintln!("loadcheck: the sweep's schedule may still be disabled: {e}");
+            }
+        }
+    }
     match result {
         Ok(code) => code,
         Err(e) => {
