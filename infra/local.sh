@@ -12,6 +12,8 @@ Commands
           deploy template.yaml -> write .local/stack.env -> print the API URL.
           A running local stack is stopped first, so `up` always starts clean.
   down    stop every process started under .local/ and delete .local/
+  restart stop the emulator and start it again with its state (only after
+          `PERSIST_STATE=1 infra/local.sh up`): the emulator-restart drill
   status  show what is running and the stack outputs
   build   only build the function binaries (cargo build --workspace --bins)
   logs    follow the ministack log (function stdout/stderr appears there)
@@ -34,6 +36,8 @@ Environment (defaults in brackets)
                                      (the stack is deployed with Stage=dev)
   CLOSING_LEASE_SECONDS [35]         SWEEP_GRACE_SECONDS [5]
   EFFECTS_REDRIVE_AFTER_SECONDS [20] when the sweep re-drives a pending release/settle
+  PERSIST_STATE [0]                  1: ministack saves its state on shutdown and loads it
+                                     on start (.local/persist), so `restart` keeps it
   SKIP_TOOLS=1 / SKIP_BUILD=1        skip those steps (used by infra/test.sh)
   LOCAL_EMULATOR [ministack]         'external' = do not start ministack; deploy to the
                                      emulator at $AWS_ENDPOINT_URL (e.g. LocalStack)
@@ -153,6 +157,13 @@ start_ministack() {
   (
     aws_env
     export GATEWAY_PORT BIND_HOST=127.0.0.1 MINISTACK_HOST=127.0.0.1 MINISTACK_REGION="$REGION" TMPDIR="$STATE/tmp"
+    # Opt-in: ministack writes every service's state to STATE_DIR when it is
+    # stopped (SIGTERM) and reads it back when it starts.
+    if [[ "${PERSIST_STATE:-0}" == 1 ]]; then
+      export PERSIST_STATE=1 STATE_DIR="$STATE/persist"
+    else
+      unset PERSIST_STATE
+    fi
     # ministack reads LOG_LEVEL as its own Python logging level; ours is the
     # functions' RUST_LOG filter (passed as the LogLevel parameter).
     unset LOG_LEVEL
@@ -231,6 +242,7 @@ deploy() {
     echo "AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID"
     echo "AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY"
     echo "PAYMENT_WINDOW_SECONDS=$PAYMENT_WINDOW_SECONDS"
+    echo "PERSIST_STATE=${PERSIST_STATE:-0}"
     echo "CLOSING_LEASE_SECONDS=$CLOSING_LEASE_SECONDS"
     echo "SWEEP_GRACE_SECONDS=$SWEEP_GRACE_SECONDS"
     echo "EFFECTS_REDRIVE_AFTER_SECONDS=$EFFECTS_REDRIVE_AFTER_SECONDS"
@@ -278,7 +290,7 @@ cmd_up() {
     say "a local stack is running: stopping it first"
   fi
   stop_pidfile "$STATE/ministack.pid"
-  rm -rf "$STATE/tmp" "$STATE/stack.env" "$STATE/ministack.log"
+  rm -rf "$STATE/tmp" "$STATE/stack.env" "$STATE/ministack.log" "$STATE/persist"
   mkdir -p "$STATE"
   [[ "${SKIP_TOOLS:-0}" == 1 ]] || infra/tools.sh
   [[ "${SKIP_BUILD:-0}" == 1 ]] || build
@@ -334,6 +346,32 @@ cmd_down() {
   ok "local stack down (.local/ removed)"
 }
 
+# The emulator stopped and started again, its state kept (the drill of an
+# emulator restart): only when `up` ran with PERSIST_STATE=1. Nothing is
+# redeployed; the port and the persistence come from .local/stack.env.
+cmd_restart() {
+  local pid i t0=$SECONDS
+  [[ -f "$STATE/stack.env" ]] || die "no local stack: run infra/local.sh up first"
+  grep -qx 'PERSIST_STATE=1' "$STATE/stack.env" \
+    || die "the stack was started without PERSIST_STATE=1: a restart would lose all its state"
+  ENDPOINT="$(sed -n 's/^AWS_ENDPOINT_URL=//p' "$STATE/stack.env")"
+  GATEWAY_PORT="${ENDPOINT##*:}"
+  PERSIST_STATE=1
+  if pid_alive "$STATE/ministack.pid"; then
+    pid="$(cat "$STATE/ministack.pid")"
+    say "stopping ministack (pid $pid), which saves its state"
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    # Saving a large state takes a while: wait for it rather than kill it.
+    for i in $(seq 1 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$pid" 2>/dev/null && die "ministack did not stop within 60 s"
+    rm -f "$STATE/ministack.pid"
+  fi
+  # start_ministack starts a fresh log: keep what came before the restart.
+  [[ -f "$STATE/ministack.log" ]] && cat "$STATE/ministack.log" >>"$STATE/ministack.before-restart.log"
+  start_ministack
+  ok "ministack restarted with its state in $((SECONDS - t0))s"
+}
+
 cmd_status() {
   local pf
   if [[ ! -d "$STATE" ]]; then echo "not running (no .local/)"; return 0; fi
@@ -367,6 +405,7 @@ cmd_demo() {
 case "${1:-}" in
   up) cmd_up ;;
   down) cmd_down ;;
+  restart) cmd_restart ;;
   status) cmd_status ;;
   build) build ;;
   logs) [[ -f "$STATE/ministack.log" ]] || die "no .local/ministack.log"; exec tail -n 200 -F "$STATE/ministack.log" ;;

@@ -38,7 +38,11 @@ impl Stack {
             let id = outputs.get("AWS_ACCESS_KEY_ID").cloned().unwrap_or_else(|| "test".into());
             let secret = outputs.get("AWS_SECRET_ACCESS_KEY").cloned().unwrap_or_else(|| "test".into());
             loader = loader.endpoint_url(endpoint).credentials_provider(aws_credential_types::Credentials::new(
-                id, secret, None, None, "loadcheck",
+                id,
+                secret,
+                None,
+                None,
+                "loadcheck",
             ));
         }
         Ok(Self { outputs, sdk: loader.load().await })
@@ -54,5 +58,17 @@ impl Stack {
 
     pub fn get_opt(&self, name: &str) -> Option<&str> {
         self.outputs.get(name).map(String::as_str)
+    }
+
+    /// Puts every output into this process's environment (the variables
+    /// already set win), for the test helpers loadcheck reuses
+    /// (`system_tests::sign_in` reads the user pool and the endpoint from
+    /// there). Call it before any other thread starts.
+    pub fn export_to_env(&self) {
+        for (k, v) in &self.outputs {
+            if std::env::var_os(k).is_none() {
+                std::env::set_var(k, v);
+            }
+        }
     }
 }

@@ -1,0 +1,94 @@
+//! The invariant run of issue 9 (`tools/loadcheck`) in the test command,
+//! small: a few hundred orders of the whole scenario mix with two fault
+//! drills on the deployed local stack, through the built binary exactly as
+//! an operator runs it. Then the check is shown to be able to fail: one
+//! record of the finished run is changed by a direct write and the check,
+//! run again over the same scope, must exit non-zero naming a violation.
+
+use aws_sdk_dynamodb::types::AttributeValue as Av;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+use system_tests::*;
+
+fn loadcheck_binary() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let bin = target.join("debug/loadcheck");
+    assert!(bin.exists(), "{} is missing: `infra/local.sh build` builds every workspace binary", bin.display());
+    bin
+}
+
+fn run(args: &[&str]) -> (i32, String) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new(loadcheck_binary())
+        .args(args)
+        .current_dir(&root)
+        .output()
+        .unwrap_or_else(|e| panic!("running loadcheck: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("loadcheck {}:\n{stdout}{stderr}", args.join(" "));
+    (out.status.code().unwrap_or(-1), stdout)
+}
+
+/// Adds `delta` to a SKU's `available` count behind the API's back.
+async fn tamper_stock(sku: &str, delta: i64) {
+    let ddb = aws_sdk_dynamodb::Client::new(&stack_config().await);
+    ddb.update_item()
+        .table_name(stack_env("TABLE_NAME"))
+        .key("pk", Av::S(format!("SKU#{sku}")))
+        .key("sk", Av::S("STOCK".into()))
+        .update_expression("SET available = available + :d")
+        .expression_attribute_values(":d", Av::N(delta.to_string()))
+        .send()
+        .await
+        .expect("tampering with the stock record");
+}
+
+#[tokio::test]
+async fn a_small_loadcheck_with_two_drills_holds_every_invariant_and_a_tampered_record_fails_the_check() {
+    let out = std::env::temp_dir().join(unique("loadcheck"));
+    let out_s = out.to_str().unwrap().to_owned();
+    let (code, stdout) = run(&[
+        "--orders",
+        "150",
+        "--rate",
+        "10",
+        "--concurrency",
+        "8",
+        "--drills",
+        "channel-not-found,relay-fails",
+        "--drill-share",
+        "0.06",
+        "--drain-timeout",
+        "240",
+        "--quiet",
+        "--out",
+        &out_s,
+    ]);
+    assert_eq!(code, 0, "the run must pass");
+    assert!(stdout.contains("result: PASS"), "{stdout}");
+    for scenario in
+        ["never_paid", "paid_in_time", "forged_notifications", "drill:channel_not_found", "drill:relay_fails"]
+    {
+        assert!(stdout.lines().any(|l| l.starts_with(scenario)), "the summary has a line for {scenario}");
+    }
+    for file in ["delays.csv", "delays.png", "scope.json", "summary.txt"] {
+        assert!(out.join(file).exists(), "{file} written");
+    }
+    let csv = std::fs::read_to_string(out.join("delays.csv")).unwrap();
+    assert!(csv.lines().count() > 100, "one line per order: {csv}");
+
+    // One unit appears out of nowhere on a SKU of the run: stock is no
+    // longer conserved, and the check must say so.
+    let scope: Value = serde_json::from_str(&std::fs::read_to_string(out.join("scope.json")).unwrap()).unwrap();
+    let sku = scope["skus"].as_object().unwrap().keys().next().unwrap().clone();
+    tamper_stock(&sku, 1).await;
+    let scope_path = out.join("scope.json");
+    let (code, stdout) = run(&["--check", scope_path.to_str().unwrap()]);
+    tamper_stock(&sku, -1).await;
+    assert_eq!(code, 1, "a tampered stock record fails the check");
+    assert!(stdout.contains("VIOLATION") && stdout.contains(&sku), "{stdout}");
+    let _ = std::fs::remove_dir_all(&out);
+}

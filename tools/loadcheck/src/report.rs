@@ -1,0 +1,390 @@
+//! What the run prints and writes: the summary table (per scenario, per
+//! invariant, the delay percentiles, the drain), `delays.csv` (one row per
+//! order: expire_at → final) and `delays.png` (a histogram of the closed
+//! orders' delays). The PNG has no text (see Cargo.toml: no font feature);
+//! the summary states its axes.
+
+use crate::scenario::{Driven, Plan};
+use crate::verify::{OrderOutcome, Verdict};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use time::OffsetDateTime;
+
+pub struct OrderRow {
+    pub index: usize,
+    pub plan: Plan,
+    pub driven: Driven,
+    pub outcome: Option<OrderOutcome>,
+}
+
+pub struct RunFacts {
+    pub run_id: String,
+    pub rate: f64,
+    pub window: u64,
+    pub create_ms: Vec<u64>,
+    pub first_create_to_last_s: f64,
+    pub last_expire: OffsetDateTime,
+    pub stock_released_at: Option<OffsetDateTime>,
+    pub settled_at: OffsetDateTime,
+    /// The sweep's resume time and the last backlog order's final time.
+    pub backlog_drain: Option<(OffsetDateTime, Option<OffsetDateTime>)>,
+    pub drill_notes: Vec<String>,
+    pub drain_notes: Vec<String>,
+    pub out_dir: PathBuf,
+    pub replays: usize,
+}
+
+/// Nearest-rank percentile of sorted values.
+pub fn percentile(sorted: &[i64], p: f64) -> Option<i64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+    Some(sorted[rank.min(sorted.len()) - 1])
+}
+
+fn secs(ms: Option<i64>) -> String {
+    ms.map_or("-".into(), |v| format!("{:.2} s", v as f64 / 1000.0))
+}
+
+fn rfc3339(t: OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+}
+
+#[derive(Default)]
+struct PlanLine {
+    planned: usize,
+    accepted: usize,
+    paid: usize,
+    closed: usize,
+    other: usize,
+    refunds: usize,
+    wrong: usize,
+    errors: usize,
+}
+
+/// Prints the summary, writes the files, returns the exit code.
+pub fn report(facts: &RunFacts, rows: &[OrderRow], verdict: Result<Verdict, String>) -> i32 {
+    let mut s = String::new();
+    let mut lines: BTreeMap<&str, PlanLine> = BTreeMap::new();
+    let mut wrong = Vec::new();
+    let mut errors = Vec::new();
+    for r in rows {
+        let l = lines.entry(r.plan.name()).or_default();
+        l.planned += 1;
+        l.accepted += usize::from(r.driven.order_id.is_some());
+        match r.outcome.as_ref().map(|o| o.status.as_str()) {
+            Some("PAID") => l.paid += 1,
+            Some("CLOSED") => l.closed += 1,
+            Some(_) => l.other += 1,
+            None if r.driven.order_id.is_some() => l.other += 1,
+            None => {}
+        }
+        l.refunds += r.outcome.as_ref().map_or(0, |o| o.refunds);
+        l.wrong += r.driven.wrong_answers.len();
+        l.errors += r.driven.errors.len();
+        wrong.extend(r.driven.wrong_answers.iter().cloned());
+        errors.extend(r.driven.errors.iter().cloned());
+        // The outcome the scenario must end with, if every step was made.
+        if let (Some(o), Some((statuses, refunds)), true) =
+            (&r.outcome, r.plan.expected(r.index), r.driven.errors.is_empty())
+        {
+            let refunds_ok = match o.status.as_str() {
+                "CLOSED" if r.plan == Plan::Drill(crate::scenario::Drilled::ChannelNotFound) => o.refunds == 1,
+                _ => refunds.contains(&o.refunds),
+            };
+            if !statuses.contains(&o.status.as_str()) || !refunds_ok {
+                l.wrong += 1;
+                wrong.push(format!(
+                    "{} ({}): ended {} with {} refunds, expected {statuses:?} with {refunds:?}",
+                    r.plan.name(),
+                    o.order_id,
+                    o.status,
+                    o.refunds
+                ));
+            }
+        }
+    }
+    let _ = writeln!(s, "\n== loadcheck {} ==", facts.run_id);
+    let _ = writeln!(
+        s,
+        "{:<26} {:>7} {:>8} {:>6} {:>7} {:>6} {:>8} {:>6} {:>7}",
+        "scenario", "planned", "accepted", "PAID", "CLOSED", "other", "refunds", "wrong", "errors"
+    );
+    let mut total = PlanLine::default();
+    for (name, l) in &lines {
+        let _ = writeln!(
+            s,
+            "{name:<26} {:>7} {:>8} {:>6} {:>7} {:>6} {:>8} {:>6} {:>7}",
+            l.planned, l.accepted, l.paid, l.closed, l.other, l.refunds, l.wrong, l.errors
+        );
+        total.planned += l.planned;
+        total.accepted += l.accepted;
+        total.paid += l.paid;
+        total.closed += l.closed;
+        total.other += l.other;
+        total.refunds += l.refunds;
+        total.wrong += l.wrong;
+        total.errors += l.errors;
+    }
+    let _ = writeln!(
+        s,
+        "{:<26} {:>7} {:>8} {:>6} {:>7} {:>6} {:>8} {:>6} {:>7}",
+        "total",
+        total.planned,
+        total.accepted,
+        total.paid,
+        total.closed,
+        total.other,
+        total.refunds,
+        total.wrong,
+        total.errors
+    );
+    let _ = writeln!(s, "idempotent create replays answered with the same order: {}", facts.replays);
+
+    // Throughput and latency of the creates.
+    let mut create_ms: Vec<i64> = facts.create_ms.iter().map(|v| *v as i64).collect();
+    create_ms.sort_unstable();
+    let _ = writeln!(
+        s,
+        "creates: {} accepted in {:.1} s = {:.1}/s (asked {}/s); create latency P50 {} P95 {} P99 {}",
+        total.accepted,
+        facts.first_create_to_last_s,
+        total.accepted as f64 / facts.first_create_to_last_s.max(0.001),
+        facts.rate,
+        secs(percentile(&create_ms, 50.0)),
+        secs(percentile(&create_ms, 95.0)),
+        secs(percentile(&create_ms, 99.0)),
+    );
+
+    // expire_at → final.
+    let closed: Vec<&OrderOutcome> =
+        rows.iter().filter_map(|r| r.outcome.as_ref()).filter(|o| o.status == "CLOSED").collect();
+    let mut close_delays: Vec<i64> = closed.iter().filter_map(|o| o.delay_ms()).collect();
+    close_delays.sort_unstable();
+    let _ = writeln!(
+        s,
+        "expire_at -> CLOSED over {} closed orders: P50 {} P95 {} P99 {} max {}",
+        close_delays.len(),
+        secs(percentile(&close_delays, 50.0)),
+        secs(percentile(&close_delays, 95.0)),
+        secs(percentile(&close_delays, 99.0)),
+        secs(close_delays.last().copied()),
+    );
+    let first_expire = rows.iter().filter_map(|r| r.driven.expire_at).min();
+    let _ = writeln!(
+        s,
+        "drain: expire_at from {} to {} (window {} s); last expire_at -> every reservation released or sold: {}; \
+         -> every order settled (seen): {:.1} s",
+        first_expire.map(rfc3339).unwrap_or_default(),
+        rfc3339(facts.last_expire),
+        facts.window,
+        facts
+            .stock_released_at
+            .map_or("not reached".into(), |t| format!("{:.1} s", (t - facts.last_expire).as_seconds_f64())),
+        (facts.settled_at - facts.last_expire).as_seconds_f64(),
+    );
+    if let Some((resumed, last_final)) = facts.backlog_drain {
+        let _ = writeln!(
+            s,
+            "drill sweep-pause: sweep resumed at {}; its backlog was final {} after that",
+            rfc3339(resumed),
+            last_final.map_or("never".into(), |t| format!("{:.1} s", (t - resumed).as_seconds_f64()))
+        );
+    }
+    for note in facts.drill_notes.iter().chain(&facts.drain_notes) {
+        let _ = writeln!(s, "{note}");
+    }
+
+    // Invariants.
+    let mut code = 0;
+    let _ = writeln!(s, "\ninvariants:");
+    let _ = writeln!(
+        s,
+        "  {:<44} {}",
+        "surface_answers (refusals, replays, outcomes)",
+        if wrong.is_empty() { "pass".to_owned() } else { format!("FAIL ({})", wrong.len()) }
+    );
+    if !wrong.is_empty() {
+        code = 1;
+    }
+    if !facts.drain_notes.is_empty() {
+        code = 1;
+        let _ = writeln!(s, "  {:<44} FAIL", "drained_within_timeout");
+    }
+    match &verdict {
+        Ok(v) => {
+            let mut by_invariant: BTreeMap<&str, usize> = BTreeMap::new();
+            for violation in &v.violations {
+                *by_invariant.entry(violation.invariant).or_default() += 1;
+            }
+            for (inv, n) in &by_invariant {
+                let _ = writeln!(s, "  {inv:<44} FAIL ({n})");
+            }
+            let _ = writeln!(
+                s,
+                "  {:<44} {}",
+                "every other invariant of the check",
+                if v.violations.is_empty() { "pass" } else { "pass (the rest)" }
+            );
+            if !v.violations.is_empty() {
+                code = 1;
+            }
+            if !v.counts.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "counts: {}",
+                    v.counts.iter().map(|(k, n)| format!("{k}={n}")).collect::<Vec<_>>().join(" ")
+                );
+            }
+            for violation in v.violations.iter().take(50) {
+                let _ = writeln!(s, "VIOLATION {} {}: {}", violation.invariant, violation.subject, violation.detail);
+            }
+            if v.violations.len() > 50 {
+                let _ = writeln!(s, "… and {} more violations", v.violations.len() - 50);
+            }
+        }
+        Err(e) => {
+            code = 2;
+            let _ = writeln!(s, "  the invariant check could not run: {e}");
+        }
+    }
+    for w in wrong.iter().take(30) {
+        let _ = writeln!(s, "WRONG ANSWER {w}");
+    }
+    if !errors.is_empty() {
+        let _ = writeln!(s, "{} calls failed after their retries (the run could not do them), e.g.:", errors.len());
+        for e in errors.iter().take(10) {
+            let _ = writeln!(s, "  {e}");
+        }
+    }
+
+    match write_files(facts, rows, &close_delays) {
+        Ok(note) => {
+            let _ = writeln!(s, "{note}");
+        }
+        Err(e) => {
+            let _ = writeln!(s, "writing the report files failed: {e}");
+            code = code.max(2);
+        }
+    }
+    let _ = writeln!(s, "result: {}", if code == 0 { "PASS" } else { "FAIL" });
+    print!("{s}");
+    let _ = std::fs::write(facts.out_dir.join("summary.txt"), &s);
+    code
+}
+
+fn write_files(facts: &RunFacts, rows: &[OrderRow], close_delays: &[i64]) -> Result<String, String> {
+    let csv_path = facts.out_dir.join("delays.csv");
+    let mut csv = String::from("order_id,scenario,status,expire_at,final_at,delay_ms,refunds\n");
+    for r in rows {
+        if let Some(o) = &r.outcome {
+            let _ = writeln!(
+                csv,
+                "{},{},{},{},{},{},{}",
+                o.order_id,
+                r.plan.name(),
+                o.status,
+                rfc3339(o.expire_at),
+                o.final_at.map(rfc3339).unwrap_or_default(),
+                o.delay_ms().map(|d| d.to_string()).unwrap_or_default(),
+                o.refunds
+            );
+        }
+    }
+    std::fs::write(&csv_path, csv).map_err(|e| format!("{}: {e}", csv_path.display()))?;
+    let png_path = facts.out_dir.join("delays.png");
+    let axes = histogram(&png_path, close_delays)?;
+    Ok(format!("wrote {} and {} ({axes})", csv_path.display(), png_path.display()))
+}
+
+/// The closed orders' expire_at → CLOSED delays as bars. Returns what the
+/// axes are, since the image has no text.
+fn histogram(path: &std::path::Path, delays_ms: &[i64]) -> Result<String, String> {
+    use plotters::prelude::*;
+    const W: u32 = 800;
+    const H: u32 = 400;
+    const MARGIN: i32 = 20;
+    let max = delays_ms.iter().copied().max().unwrap_or(0).max(1000);
+    let min = delays_ms.iter().copied().min().unwrap_or(0).min(0);
+    // Bins of a whole number of 250 ms steps, about 60 of them.
+    let span = (max - min) as f64;
+    let bin_ms = (((span / 60.0) / 250.0).ceil() * 250.0).max(250.0) as i64;
+    let bins = ((max - min) / bin_ms + 1) as usize;
+    let mut counts = vec![0u32; bins];
+    for d in delays_ms {
+        counts[((d - min) / bin_ms) as usize] += 1;
+    }
+    let tallest = counts.iter().copied().max().unwrap_or(0).max(1);
+    let root = BitMapBackend::new(path, (W, H)).into_drawing_area();
+    let err = |e: DrawingAreaErrorKind<_>| format!("drawing {}: {e:?}", path.display());
+    root.fill(&WHITE).map_err(err)?;
+    let plot_w = (W as i32 - 2 * MARGIN) as f64;
+    let plot_h = (H as i32 - 2 * MARGIN) as f64;
+    let x_of = |ms: i64| MARGIN + (((ms - min) as f64 / (bins as i64 * bin_ms) as f64) * plot_w) as i32;
+    // A light line every 10 s, a darker one at expire_at (0 s).
+    let mut t = (min / 10_000) * 10_000;
+    while t <= max {
+        let color = if t == 0 { RGBColor(120, 120, 120) } else { RGBColor(220, 220, 220) };
+        root.draw(&PathElement::new(vec![(x_of(t), MARGIN), (x_of(t), H as i32 - MARGIN)], color)).map_err(err)?;
+        t += 10_000;
+    }
+    for (i, c) in counts.iter().enumerate() {
+        if *c == 0 {
+            continue;
+        }
+        let x0 = x_of(min + i as i64 * bin_ms);
+        let x1 = x_of(min + (i as i64 + 1) * bin_ms) - 1;
+        let y0 = H as i32 - MARGIN - ((*c as f64 / tallest as f64) * plot_h) as i32;
+        root.draw(&Rectangle::new([(x0, y0), (x1.max(x0), H as i32 - MARGIN)], BLUE.filled())).map_err(err)?;
+    }
+    root.draw(&PathElement::new(vec![(MARGIN, H as i32 - MARGIN), (W as i32 - MARGIN, H as i32 - MARGIN)], BLACK))
+        .map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(format!(
+        "histogram of {} closed orders: x from {:.2} s to {:.2} s after expire_at in bars of {:.2} s, \
+         a grey line every 10 s (darker at 0 s); y up to the tallest bar, {tallest} orders",
+        delays_ms.len(),
+        min as f64 / 1000.0,
+        (min + bins as i64 * bin_ms) as f64 / 1000.0,
+        bin_ms as f64 / 1000.0
+    ))
+}
+
+/// The check alone (`--check`): the violations and the exit code.
+pub fn verdict_only(verdict: Result<Verdict, String>) -> i32 {
+    match verdict {
+        Ok(v) => {
+            for violation in &v.violations {
+                println!("VIOLATION {} {}: {}", violation.invariant, violation.subject, violation.detail);
+            }
+            println!(
+                "{} orders checked, {} violations; result: {}",
+                v.orders.len(),
+                v.violations.len(),
+                if v.violations.is_empty() { "PASS" } else { "FAIL" }
+            );
+            i32::from(!v.violations.is_empty())
+        }
+        Err(e) => {
+            println!("the invariant check could not run: {e}");
+            2
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<i64> = (1..=100).collect();
+        assert_eq!(percentile(&v, 50.0), Some(50));
+        assert_eq!(percentile(&v, 99.0), Some(99));
+        assert_eq!(percentile(&v, 100.0), Some(100));
+        assert_eq!(percentile(&[7], 95.0), Some(7));
+        assert_eq!(percentile(&[], 50.0), None);
+    }
+}

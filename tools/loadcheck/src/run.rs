@@ -1,0 +1,668 @@
+//! One run: plan the orders, set up what they need (buyers, SKUs, coupons),
+//! drive the traffic at the asked rate, control the drills that are not an
+//! order's own (the sweep's pause), wait for the drain, check, report.
+
+use crate::client::Client;
+use crate::report::{self, OrderRow, RunFacts};
+use crate::scenario::{self, Drilled, Driven, OrderPlan, Plan, Scenario, MIX};
+use crate::stack::Stack;
+use crate::verify::{self, OrderOutcome, Scope};
+use crate::{Args, Drill};
+use futures_util::StreamExt;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use time::OffsetDateTime;
+
+/// The sweep's period on the local stack (the template's minimum).
+const SWEEP_PERIOD: Duration = Duration::from_secs(60);
+
+fn bar(multi: &MultiProgress, len: u64, what: &str) -> ProgressBar {
+    let pb = multi.add(ProgressBar::new(len));
+    pb.set_style(
+        ProgressStyle::with_template("{prefix:>10} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}")
+            .expect("a progress template"),
+    );
+    pb.set_prefix(what.to_owned());
+    pb
+}
+
+fn secs(stack: &Stack, name: &str, default: u64) -> u64 {
+    stack.get_opt(name).and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// Picks each order's plan: a drill's share first (by its odds), the
+/// everyday mix otherwise. Deterministic for a seed.
+fn plan_orders(args: &Args, run_id: &str, release_until: i64) -> Vec<OrderPlan> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    let on = |d: Drill| args.drills.contains(&d);
+    let total_weight: u32 = MIX.iter().map(|(_, w)| w).sum();
+    let n = args.orders;
+    // The Scheduler is "down" for the middle fifth of the create phase:
+    // every order created then has no wake-up.
+    let scheduler_down = (n * 2 / 5)..(n * 3 / 5);
+    let mut drilled: Vec<Drilled> = Vec::new();
+    if on(Drill::CrashCloser) {
+        drilled.push(Drilled::CrashCloser);
+    }
+    if on(Drill::ChannelTimeout) {
+        drilled.push(Drilled::ChannelTimeout);
+    }
+    if on(Drill::ChannelNotFound) {
+        drilled.push(Drilled::ChannelNotFound);
+    }
+    if on(Drill::ReleaseFails) {
+        drilled.push(Drilled::ReleaseFails);
+    }
+    if on(Drill::SweepPause) {
+        drilled.push(Drilled::SweepBacklog);
+    }
+    if on(Drill::RelayFails) {
+        drilled.push(Drilled::RelayFails);
+    }
+    let mut coupon_n = 0;
+    (0..n)
+        .map(|i| {
+            let mut plan = None;
+            if on(Drill::SchedulerDown)
+                && scheduler_down.contains(&i)
+                && rng.gen_bool((args.drill_share * 5.0).min(1.0))
+            {
+                plan = Some(Plan::Drill(Drilled::SchedulerDown));
+            }
+            for d in &drilled {
+                if plan.is_none() && rng.gen_bool(args.drill_share.clamp(0.0, 1.0)) {
+                    plan = Some(Plan::Drill(*d));
+                }
+            }
+            let plan = plan.unwrap_or_else(|| {
+                if args.unpaid_only {
+                    return Plan::Mix(Scenario::NeverPaid);
+                }
+                let mut pick = rng.gen_range(0..total_weight);
+                let mut chosen = MIX[0].0;
+                for (s, w) in MIX {
+                    if pick < *w {
+                        chosen = *s;
+                        break;
+                    }
+                    pick -= w;
+                }
+                Plan::Mix(chosen)
+            });
+            // A few buyers per drill: the buyer name is what plants it.
+            let k = i % 4;
+            let buyer = match plan {
+                Plan::Drill(Drilled::CrashCloser) => format!("fault-crash-closer-{run_id}-{k}"),
+                Plan::Drill(Drilled::SchedulerDown) => format!("fault-no-wakeup-{run_id}-sd{k}"),
+                Plan::Drill(Drilled::SweepBacklog) => format!("fault-no-wakeup-{run_id}-sw{k}"),
+                Plan::Drill(Drilled::ReleaseFails) => format!("fault-release-until-{release_until}-{run_id}-{k}"),
+                Plan::Drill(Drilled::RelayFails) => format!("fault-relay-{run_id}-{k}"),
+                _ => format!("lc-{run_id}-b{}", i % args.buyers.max(1)),
+            };
+            let coupon = match plan {
+                Plan::Mix(s) if s.uses_coupon() => {
+                    coupon_n += 1;
+                    Some(format!("lc-{run_id}-c{coupon_n}"))
+                }
+                _ => None,
+            };
+            OrderPlan {
+                index: i,
+                plan,
+                buyer,
+                sku: format!("lc-{run_id}-sku{}", i % args.skus.max(1)),
+                qty: 1 + (i % 2) as u32,
+                coupon,
+                idempotency_key: format!("lc-{run_id}-o{i}"),
+            }
+        })
+        .collect()
+}
+
+/// Enables or disables the sweep's schedule (a direct Scheduler call: the
+/// drill's fault, as in `tests/tests/e2e_backstop.rs`).
+async fn set_sweep(stack: &Stack, enabled: bool) -> Result<(), String> {
+    use aws_sdk_scheduler::types::ScheduleState;
+    let scheduler = aws_sdk_scheduler::Client::new(&stack.sdk);
+    let name = stack.get("SWEEP_SCHEDULE_NAME")?;
+    let s = scheduler.get_schedule().name(name).send().await.map_err(|e| format!("the sweep's schedule: {e:?}"))?;
+    scheduler
+        .update_schedule()
+        .name(name)
+        .set_group_name(s.group_name().map(str::to_owned))
+        .set_schedule_expression(s.schedule_expression().map(str::to_owned))
+        .set_flexible_time_window(s.flexible_time_window().cloned())
+        .set_target(s.target().cloned())
+        .state(if enabled { ScheduleState::Enabled } else { ScheduleState::Disabled })
+        .send()
+        .await
+        .map_err(|e| format!("updating the sweep's schedule: {e:?}"))?;
+    Ok(())
+}
+
+async fn setup(client: &Client, plans: &[OrderPlan], skus: &BTreeMap<String, i64>) -> Result<BTreeSet<String>, String> {
+    let buyers: BTreeSet<&str> = plans.iter().map(|p| p.buyer.as_str()).collect();
+    let signed: Vec<Result<String, String>> =
+        futures_util::stream::iter(buyers.iter().map(|b| client.sign_in(b))).buffer_unordered(8).collect().await;
+    signed.into_iter().collect::<Result<Vec<_>, _>>()?;
+    for (sku, stock) in skus {
+        let body = json!({"available": stock, "price": scenario::PRICE, "currency": "EUR"}).to_string();
+        let r = client.admin("PUT", &format!("/admin/skus/{sku}"), Some(&body)).await?;
+        if r.status != 200 {
+            return Err(format!("seeding {sku}: {} {}", r.status, r.body));
+        }
+    }
+    let coupons: Vec<(&str, &str)> =
+        plans.iter().filter_map(|p| p.coupon.as_deref().map(|c| (c, p.buyer.as_str()))).collect();
+    let issued: Vec<Result<String, String>> = futures_util::stream::iter(coupons.iter().map(|(c, b)| async move {
+        let user_id = client.sign_in(b).await?;
+        let body = json!({"user_id": user_id, "valid_until": "2099-01-01T00:00:00Z"}).to_string();
+        let r = client.admin("PUT", &format!("/admin/coupons/{c}"), Some(&body)).await?;
+        if r.status == 200 {
+            Ok(c.to_string())
+        } else {
+            Err(format!("issuing {c}: {} {}", r.status, r.body))
+        }
+    }))
+    .buffer_unordered(8)
+    .collect()
+    .await;
+    issued.into_iter().collect()
+}
+
+/// Units still reserved over the run's SKUs (None if a read failed).
+async fn reserved_units(client: &Client, skus: &BTreeMap<String, i64>) -> Option<i64> {
+    let mut total = 0;
+    for sku in skus.keys() {
+        let r = client.admin("GET", &format!("/admin/skus/{sku}"), None).await.ok()?;
+        total += r.body["reserved"].as_i64()?;
+    }
+    Some(total)
+}
+
+/// Whether an admin view shows the order final with nothing left to do.
+fn settled(view: &Value) -> bool {
+    matches!(view["status"].as_str(), Some("PAID" | "CLOSED"))
+        && view["held"]["effects_pending"] == false
+        && view["held"]["refunds_pending"].as_array().is_some_and(|a| a.is_empty())
+}
+
+fn outcome_of(view: &Value, expire_at: OffsetDateTime) -> OrderOutcome {
+    let parse = |v: &Value| {
+        v.as_str().and_then(|s| OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok())
+    };
+    let final_at = view["history"]
+        .as_array()
+        .and_then(|h| h.iter().find(|e| e["to"] == "PAID" || e["to"] == "CLOSED"))
+        .and_then(|e| parse(&e["at"]));
+    OrderOutcome {
+        order_id: view["order_id"].as_str().unwrap_or("").to_owned(),
+        status: view["status"].as_str().unwrap_or("?").to_owned(),
+        expire_at,
+        final_at,
+        refunds: view["refunds"].as_array().map_or(0, |r| r.len()),
+    }
+}
+
+pub async fn run(args: Args) -> i32 {
+    let paused_sweep = args.check.is_none() && args.drills.contains(&Drill::SweepPause);
+    let stack_env = args.stack_env.clone();
+    let result = match args.check.clone() {
+        Some(scope) => check_only(&args, &scope).await,
+        None => run_inner(args).await,
+    };
+    if paused_sweep && result.is_err() {
+        // A run that failed midway must not leave the stack without its sweep.
+        if let Ok(stack) = Stack::load(&stack_env).await {
+            if let Err(e) = set_sweep(&stack, true).await {
+                eprintln!("loadcheck: the sweep's schedule may still be disabled: {e}");
+            }
+        }
+    }
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("loadcheck: the run could not be made: {e}");
+            2
+        }
+    }
+}
+
+async fn run_inner(args: Args) -> Result<i32, String> {
+    let stack = Stack::load(&args.stack_env).await?;
+    stack.export_to_env();
+    let run_id = args.run_id.clone().unwrap_or_else(|| format!("lc{:06x}", rand::random::<u32>() & 0xff_ffff));
+    let window = secs(&stack, "PAYMENT_WINDOW_SECONDS", 30);
+    let grace = secs(&stack, "SWEEP_GRACE_SECONDS", 5);
+    let lease = secs(&stack, "CLOSING_LEASE_SECONDS", 35);
+    let base = stack.get("API_BASE_URL")?;
+    let secret = stack.get_opt("SANDBOX_WEBHOOK_SECRET").unwrap_or("local-sandbox-webhook-secret").to_owned();
+    let merchant = stack.get_opt("MERCHANT_ID").unwrap_or("merchant-local").to_owned();
+    let client = Arc::new(Client::new(base, secret, merchant, args.concurrency));
+    let out_dir = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("target/loadcheck/{run_id}")));
+    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+
+    let create_estimate = (args.orders as f64 / args.rate.max(0.1)).ceil() as i64;
+    let started_unix = OffsetDateTime::now_utc().unix_timestamp();
+    // Buyer names are fixed before the traffic (they sign in first), so the
+    // release's outage ends at a time planned from the asked rate, with
+    // room for a stack slower than asked.
+    let release_until = started_unix + 2 * create_estimate + 30 + window as i64 + args.release_outage as i64;
+    let plans = plan_orders(&args, &run_id, release_until);
+    let stock_per_sku = (args.orders as i64 * 2) / args.skus.max(1) as i64 + 10;
+    let skus: BTreeMap<String, i64> =
+        (0..args.skus.max(1)).map(|j| (format!("lc-{run_id}-sku{j}"), stock_per_sku)).collect();
+
+    let mut mix: BTreeMap<&str, usize> = BTreeMap::new();
+    for p in &plans {
+        *mix.entry(p.plan.name()).or_default() += 1;
+    }
+    println!(
+        "loadcheck run {run_id}: {} orders at {}/s (≤{} requests in flight) over {} SKUs, window {window} s; \
+         drills: {:?}",
+        args.orders,
+        args.rate,
+        args.concurrency,
+        skus.len(),
+        args.drills
+    );
+    println!(
+        "mix (weights of the everyday scenarios: {}):",
+        MIX.iter().map(|(s, w)| format!("{} {w}", s.name())).collect::<Vec<_>>().join(", ")
+    );
+    for (name, n) in &mix {
+        println!("  {name:<26} {n:>6}");
+    }
+    let mut drill_notes = Vec::new();
+    let restart_emulator = args.drills.contains(&Drill::EmulatorRestart);
+    if restart_emulator && stack.get_opt("PERSIST_STATE") != Some("1") {
+        let why = "emulator-restart skipped: the stack was started without PERSIST_STATE=1, so ministack \
+                   keeps its state in memory only and a restart would lose every order, queue and schedule \
+                   of the run (start it with `PERSIST_STATE=1 infra/local.sh up` to run this drill)";
+        println!("{why}");
+        drill_notes.push(why.to_owned());
+    }
+    let restart_emulator = restart_emulator && stack.get_opt("PERSIST_STATE") == Some("1");
+
+    let t_setup = Instant::now();
+    let coupons = setup(&client, &plans, &skus).await?;
+    println!(
+        "setup: {} buyers signed in, {} SKUs seeded with {stock_per_sku} each, {} coupons issued in {:.1} s",
+        plans.iter().map(|p| &p.buyer).collect::<BTreeSet<_>>().len(),
+        skus.len(),
+        coupons.len(),
+        t_setup.elapsed().as_secs_f64()
+    );
+
+    let sweep_paused = args.drills.contains(&Drill::SweepPause);
+    if sweep_paused {
+        set_sweep(&stack, false).await?;
+        println!("drill sweep-pause: the sweep's schedule is disabled");
+    }
+
+    // The traffic: one task per order, started at the asked rate.
+    let multi = MultiProgress::with_draw_target(if args.quiet {
+        ProgressDrawTarget::hidden()
+    } else {
+        ProgressDrawTarget::stderr()
+    });
+    let created_bar = bar(&multi, plans.len() as u64, "created");
+    let done_bar = bar(&multi, plans.len() as u64, "acted");
+    let opts = Arc::new(scenario::DriveOptions { channel_outage: Duration::from_secs(args.channel_outage) });
+    let t_traffic = Instant::now();
+    // The emulator restart comes when half the orders are created.
+    let created_count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let restart = restart_emulator.then(|| {
+        let created_count = created_count.clone();
+        let half = plans.len() / 2;
+        let root = args.stack_env.canonicalize().ok().and_then(|p| p.parent()?.parent().map(PathBuf::from));
+        tokio::spawn(async move {
+            while created_count.load(std::sync::atomic::Ordering::Relaxed) < half {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let at = OffsetDateTime::now_utc();
+            let t = Instant::now();
+            let out = tokio::task::spawn_blocking(move || {
+                let root = root.ok_or("the repository root (the stack file's folder's parent) is unknown")?;
+                std::process::Command::new(root.join("infra/local.sh"))
+                    .arg("restart")
+                    .current_dir(&root)
+                    .output()
+                    .map_err(|e| format!("infra/local.sh restart: {e}"))
+            })
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()));
+            let took = t.elapsed().as_secs_f64();
+            match out {
+                Ok(o) if o.status.success() => Ok((at, took)),
+                Ok(o) => Err(format!(
+                    "infra/local.sh restart failed ({}): {}{}",
+                    o.status,
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                )),
+                Err(e) => Err(e),
+            }
+        })
+    });
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate.max(0.1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let created_at_end = Arc::new(std::sync::Mutex::new(Vec::<(usize, u64)>::new()));
+    for p in plans.iter().cloned() {
+        tick.tick().await;
+        let (client, opts, created_bar, done_bar) =
+            (client.clone(), opts.clone(), created_bar.clone(), done_bar.clone());
+        let ends = created_at_end.clone();
+        let created_count = created_count.clone();
+        let t0 = t_traffic;
+        tasks.spawn(async move {
+            let on_created = || {
+                created_count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                created_bar.inc(1);
+                ends.lock().unwrap().push((p.index, t0.elapsed().as_millis() as u64));
+            };
+            let d = scenario::drive(&client, &p, &opts, &on_created).await;
+            done_bar.inc(1);
+            (p.index, d)
+        });
+    }
+    let mut driven: Vec<Option<Driven>> = vec![None; plans.len()];
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok((i, d)) => driven[i] = Some(d),
+            Err(e) => eprintln!("an order's driver failed: {e}"),
+        }
+    }
+    created_bar.finish();
+    done_bar.finish();
+    let mut restart_note = None;
+    if let Some(task) = restart {
+        let note = match task.await {
+            Ok(Ok((at, took))) => format!(
+                "drill emulator-restart: ministack stopped and started again with its state at {} ({took:.1} s), \
+                 half the orders created; calls in flight then were retried",
+                at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+            ),
+            Ok(Err(e)) => return Err(format!("drill emulator-restart: {e}")),
+            Err(e) => return Err(format!("drill emulator-restart: {e}")),
+        };
+        println!("{note}");
+        restart_note = Some(note);
+    }
+    let traffic_secs = t_traffic.elapsed().as_secs_f64();
+
+    let mut scope = Scope { skus: skus.clone(), coupons: coupons.clone(), ..Default::default() };
+    let mut expire: BTreeMap<String, (OffsetDateTime, usize)> = BTreeMap::new();
+    for (i, d) in driven.iter().enumerate() {
+        if let Some(Driven { order_id: Some(id), expire_at: Some(e), .. }) = d {
+            scope.orders.insert(id.clone());
+            expire.insert(id.clone(), (*e, i));
+        }
+    }
+    let create_ms: Vec<u64> = driven.iter().flatten().filter_map(|d| d.create_ms).collect();
+    let last_create = created_at_end.lock().unwrap().iter().map(|(_, t)| *t).max().unwrap_or(0);
+    println!(
+        "traffic: {} orders accepted in {:.1} s of scenario time; creates done {:.1} s after the first started",
+        scope.orders.len(),
+        traffic_secs,
+        last_create as f64 / 1000.0
+    );
+    let Some(last_expire) = expire.values().map(|(e, _)| *e).max() else {
+        return Err("no order was accepted".into());
+    };
+
+    // The sweep comes back once its backlog is due, plus the pause.
+    let mut sweep_resumed = None;
+    if sweep_paused {
+        let last_backlog = expire
+            .values()
+            .filter(|(_, i)| plans[*i].plan == Plan::Drill(Drilled::SweepBacklog))
+            .map(|(e, _)| *e)
+            .max()
+            .unwrap_or(last_expire);
+        let resume_at = last_backlog + Duration::from_secs(grace + args.sweep_pause);
+        let wait = (resume_at - OffsetDateTime::now_utc()).whole_milliseconds().max(0) as u64;
+        println!("drill sweep-pause: resuming the sweep in {:.0} s", wait as f64 / 1000.0);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        set_sweep(&stack, true).await?;
+        sweep_resumed = Some(OffsetDateTime::now_utc());
+    }
+
+    // The drain: stock first (every reservation released or sold means
+    // every order is final), then each order's own effects and refunds.
+    let drain_deadline = Instant::now() + Duration::from_secs(args.drain_timeout);
+    let initial_reserved = reserved_units(&client, &skus).await.unwrap_or(0);
+    let stock_bar = bar(&multi, initial_reserved.max(0) as u64, "reserved");
+    stock_bar.set_message("units still reserved over the run's SKUs");
+    let mut stock_released_at = None;
+    loop {
+        if let Some(left) = reserved_units(&client, &skus).await {
+            stock_bar.set_position((initial_reserved - left).max(0) as u64);
+            if left == 0 {
+                stock_released_at = Some(OffsetDateTime::now_utc());
+                break;
+            }
+        }
+        if Instant::now() > drain_deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+    }
+    stock_bar.finish();
+
+    let order_bar = bar(&multi, expire.len() as u64, "settled");
+    order_bar.set_message("orders final with nothing pending");
+    let mut views: BTreeMap<String, Value> = BTreeMap::new();
+    let mut open: Vec<String> = expire.keys().cloned().collect();
+    loop {
+        let read: Vec<(String, Result<Value, String>)> = futures_util::stream::iter(open.iter().cloned().map(|id| {
+            let client = client.clone();
+            async move {
+                let v = scenario::admin_view(&client, &id).await;
+                (id, v)
+            }
+        }))
+        .buffer_unordered(args.concurrency.max(1))
+        .collect()
+        .await;
+        open.clear();
+        for (id, v) in read {
+            match v {
+                Ok(v) if settled(&v) => {
+                    views.insert(id, v);
+                    order_bar.inc(1);
+                }
+                Ok(v) => {
+                    views.insert(id.clone(), v);
+                    open.push(id);
+                }
+                Err(_) => open.push(id),
+            }
+        }
+        if open.is_empty() || Instant::now() > drain_deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    order_bar.finish();
+    let mut drain_notes = Vec::new();
+    if !open.is_empty() {
+        drain_notes.push(format!(
+            "drain timed out after {} s with {} orders not settled, e.g.:",
+            args.drain_timeout,
+            open.len()
+        ));
+        for id in open.iter().take(10) {
+            let v = views.get(id).cloned().unwrap_or(Value::Null);
+            drain_notes.push(format!(
+                "  {id} ({}): status {}, held {}",
+                plans[expire[id].1].plan.name(),
+                v["status"],
+                v["held"]
+            ));
+        }
+    }
+    let settled_at = OffsetDateTime::now_utc();
+
+    // The invariant check over the run's records.
+    scope.open_bound = 2 * SWEEP_PERIOD
+        + Duration::from_secs(grace + lease + 60)
+        + if sweep_paused {
+            // Everything due while the sweep was off waits for it.
+            let first_expire = expire.values().map(|(e, _)| *e).min().unwrap_or(last_expire);
+            Duration::from_secs(args.sweep_pause + grace)
+                + Duration::from_millis((last_expire - first_expire).whole_milliseconds().max(0) as u64)
+        } else {
+            Duration::ZERO
+        }
+        + Duration::from_secs(args.channel_outage);
+    write_scope(&out_dir.join("scope.json"), &scope)?;
+    let verdict = verify::verify(&stack, &scope).await;
+
+    let own: Vec<OrderOutcome> =
+        expire.iter().filter_map(|(id, (e, _))| views.get(id).map(|v| outcome_of(v, *e))).collect();
+    let outcomes = match &verdict {
+        Ok(v) if !v.orders.is_empty() => v.orders.clone(),
+        _ => own,
+    };
+    let by_id: BTreeMap<&str, &OrderOutcome> = outcomes.iter().map(|o| (o.order_id.as_str(), o)).collect();
+    let rows: Vec<OrderRow> = plans
+        .iter()
+        .zip(&driven)
+        .map(|(p, d)| {
+            let d = d.clone().unwrap_or_default();
+            let outcome = d.order_id.as_deref().and_then(|id| by_id.get(id)).map(|o| (*o).clone());
+            OrderRow { index: p.index, plan: p.plan, driven: d, outcome }
+        })
+        .collect();
+    let backlog_drain = sweep_resumed.map(|resumed| {
+        let last_final = rows
+            .iter()
+            .filter(|r| r.plan == Plan::Drill(Drilled::SweepBacklog))
+            .filter_map(|r| r.outcome.as_ref().and_then(|o| o.final_at))
+            .max();
+        (resumed, last_final)
+    });
+    let facts = RunFacts {
+        run_id: run_id.clone(),
+        rate: args.rate,
+        window,
+        create_ms,
+        first_create_to_last_s: last_create as f64 / 1000.0,
+        last_expire,
+        stock_released_at,
+        settled_at,
+        backlog_drain,
+        drill_notes: drill_notes.into_iter().chain(restart_note).collect(),
+        drain_notes,
+        out_dir,
+        replays: rows.iter().map(|r| r.driven.replays as usize).sum(),
+    };
+    Ok(report::report(&facts, &rows, verdict))
+}
+
+/// The run's scope as `scope.json`, so the check can be run again later.
+fn write_scope(path: &std::path::Path, scope: &Scope) -> Result<(), String> {
+    let v = json!({
+        "orders": scope.orders, "skus": scope.skus, "coupons": scope.coupons,
+        "open_bound_seconds": scope.open_bound.as_secs(),
+    });
+    std::fs::write(path, serde_json::to_string_pretty(&v).unwrap_or_default())
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn read_scope(path: &std::path::Path) -> Result<Scope, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let strings = |k: &str| -> BTreeSet<String> {
+        v[k].as_array().into_iter().flatten().filter_map(|s| s.as_str().map(str::to_owned)).collect()
+    };
+    Ok(Scope {
+        orders: strings("orders"),
+        skus: v["skus"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, n)| n.as_i64().map(|n| (k.clone(), n)))
+            .collect(),
+        coupons: strings("coupons"),
+        open_bound: Duration::from_secs(v["open_bound_seconds"].as_u64().unwrap_or(300)),
+    })
+}
+
+async fn check_only(args: &Args, scope_path: &std::path::Path) -> Result<i32, String> {
+    let stack = Stack::load(&args.stack_env).await?;
+    let scope = read_scope(scope_path)?;
+    println!(
+        "loadcheck --check {}: {} orders, {} SKUs, {} coupons",
+        scope_path.display(),
+        scope.orders.len(),
+        scope.skus.len(),
+        scope.coupons.len()
+    );
+    Ok(report::verdict_only(verify::verify(&stack, &scope).await))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn args(extra: &[&str]) -> Args {
+        Args::parse_from(["loadcheck", "--orders", "2000"].iter().chain(extra))
+    }
+
+    #[test]
+    fn the_same_seed_plans_the_same_run_and_every_name_carries_the_run_id() {
+        let a = plan_orders(&args(&["--drills", "crash-closer,release-fails"]), "lcx", 123);
+        let b = plan_orders(&args(&["--drills", "crash-closer,release-fails"]), "lcx", 123);
+        assert_eq!(a.len(), 2000);
+        assert!(a.iter().zip(&b).all(|(x, y)| x.plan == y.plan && x.buyer == y.buyer));
+        for p in &a {
+            assert!(p.buyer.contains("lcx") && p.sku.contains("lcx") && p.idempotency_key.contains("lcx"), "{p:?}");
+            assert!(p.coupon.as_ref().is_none_or(|c| c.contains("lcx")));
+        }
+    }
+
+    #[test]
+    fn drill_orders_get_the_buyer_name_that_plants_their_fault() {
+        let plans =
+            plan_orders(&args(&["--drills", "crash-closer,release-fails,scheduler-down,relay-fails"]), "lcx", 99);
+        let prefix = |d: Drilled| match d {
+            Drilled::CrashCloser => "fault-crash-closer-lcx-".to_owned(),
+            Drilled::ReleaseFails => "fault-release-until-99-lcx-".to_owned(),
+            Drilled::SchedulerDown => "fault-no-wakeup-lcx-".to_owned(),
+            Drilled::RelayFails => "fault-relay-lcx-".to_owned(),
+            other => panic!("{other:?} was not asked for"),
+        };
+        let mut seen = BTreeSet::new();
+        for p in &plans {
+            match p.plan {
+                Plan::Drill(d) => {
+                    assert!(p.buyer.starts_with(&prefix(d)), "{p:?}");
+                    seen.insert(d);
+                }
+                Plan::Mix(_) => assert!(!p.buyer.starts_with("fault-"), "{p:?}"),
+            }
+        }
+        assert_eq!(seen.len(), 4, "every drill asked for has orders: {seen:?}");
+        // The Scheduler is down only for the middle fifth of the creates.
+        assert!(plans
+            .iter()
+            .filter(|p| p.plan == Plan::Drill(Drilled::SchedulerDown))
+            .all(|p| (800..1200).contains(&p.index)));
+    }
+
+    #[test]
+    fn unpaid_only_leaves_every_everyday_order_unpaid() {
+        let plans = plan_orders(&args(&["--unpaid-only"]), "lcx", 0);
+        assert!(plans.iter().all(|p| p.plan == Plan::Mix(Scenario::NeverPaid) && p.coupon.is_none()));
+    }
+}

@@ -1,0 +1,567 @@
+//! What one order of the run goes through, and what the public surface
+//! must answer on the way. Each scenario names the outcome it allows; the
+//! invariant check afterwards judges the records, this module only drives
+//! the traffic and notes refusals that did not come (a forged notification
+//! accepted, a payment opened after expiry, a replay that made a new order).
+
+use crate::client::{Auth, Client};
+use serde_json::{json, Value};
+use std::time::Duration;
+use time::OffsetDateTime;
+
+/// The everyday mix (weights printed at start).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scenario {
+    /// Created, never paid: closes at expiry, stock and coupon back.
+    NeverPaid,
+    /// Paid well inside the window, notified at once.
+    PaidInTime,
+    /// Settled at the channel at `expire_at` (as close as the run can aim)
+    /// and notified: PAID, or CLOSED with the success refunded.
+    SettledAtExpiry,
+    /// The channel knows, the notification comes a few seconds after
+    /// `expire_at` (the close's query usually finds it first).
+    NotifiedLate,
+    /// Notified, then the same notification twice more and once under a
+    /// new notify id: all duplicates.
+    NotifiedTwice,
+    /// The channel knows and never notifies: the close's query finds it.
+    NeverNotified,
+    /// A first attempt, then a second one that pays; the first is closed at
+    /// the channel (a success on it later would be refunded).
+    SecondAttempt,
+    /// Forged signature, wrong amount and wrong merchant notifications:
+    /// refused, nothing changes; the order then closes unpaid.
+    ForgedNotifications,
+    /// A payment started after `expire_at`: refused.
+    PaymentAfterExpiry,
+    /// The create sent again under the same key: the same order back.
+    ReplayedCreate,
+    /// Paid in time with a coupon: the coupon is USED.
+    CouponPaid,
+    /// Never paid, with a coupon: the coupon comes back.
+    CouponUnpaid,
+}
+
+pub const MIX: &[(Scenario, u32)] = &[
+    (Scenario::NeverPaid, 26),
+    (Scenario::PaidInTime, 18),
+    (Scenario::SettledAtExpiry, 6),
+    (Scenario::NotifiedLate, 6),
+    (Scenario::NotifiedTwice, 6),
+    (Scenario::NeverNotified, 6),
+    (Scenario::SecondAttempt, 6),
+    (Scenario::ForgedNotifications, 5),
+    (Scenario::PaymentAfterExpiry, 5),
+    (Scenario::ReplayedCreate, 6),
+    (Scenario::CouponPaid, 5),
+    (Scenario::CouponUnpaid, 5),
+];
+
+/// A fault drill's share of orders: the buyer name plants it (see
+/// `shared/src/faults.rs`), or the sandbox's settle body does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Drilled {
+    /// `fault-crash-closer-`: the first closer dies right after CLOSING.
+    CrashCloser,
+    /// The channel's query times out until the run clears the fault,
+    /// 20 s after `expire_at` (settling FAILED or SUCCEEDED then).
+    ChannelTimeout,
+    /// The channel says "not found" at the close; the money moves later
+    /// and is notified: CLOSED and refunded once.
+    ChannelNotFound,
+    /// `fault-no-wakeup-`: orders created while the Scheduler's target is
+    /// "down" (a window of the create phase) get no wake-up.
+    SchedulerDown,
+    /// `fault-release-until-<t>-`: the release fails until `t`.
+    ReleaseFails,
+    /// `fault-no-wakeup-` orders whose only closer is the paused sweep.
+    SweepBacklog,
+    /// `fault-relay-`: the relay's first publish of each event fails.
+    RelayFails,
+}
+
+impl Scenario {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::NeverPaid => "never_paid",
+            Self::PaidInTime => "paid_in_time",
+            Self::SettledAtExpiry => "settled_at_expiry",
+            Self::NotifiedLate => "notified_late",
+            Self::NotifiedTwice => "notified_twice",
+            Self::NeverNotified => "never_notified",
+            Self::SecondAttempt => "second_attempt",
+            Self::ForgedNotifications => "forged_notifications",
+            Self::PaymentAfterExpiry => "payment_after_expiry",
+            Self::ReplayedCreate => "replayed_create",
+            Self::CouponPaid => "coupon_paid",
+            Self::CouponUnpaid => "coupon_unpaid",
+        }
+    }
+
+    pub fn uses_coupon(self) -> bool {
+        matches!(self, Self::CouponPaid | Self::CouponUnpaid)
+    }
+}
+
+impl Drilled {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::CrashCloser => "drill:crash_closer",
+            Self::ChannelTimeout => "drill:channel_timeout",
+            Self::ChannelNotFound => "drill:channel_not_found",
+            Self::SchedulerDown => "drill:scheduler_down",
+            Self::ReleaseFails => "drill:release_fails",
+            Self::SweepBacklog => "drill:sweep_backlog",
+            Self::RelayFails => "drill:relay_fails",
+        }
+    }
+}
+
+/// What an order does: an everyday scenario, or a drill's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Plan {
+    Mix(Scenario),
+    Drill(Drilled),
+}
+
+impl Plan {
+    pub fn name(self) -> &'static str {
+        match self {
+            Plan::Mix(s) => s.name(),
+            Plan::Drill(d) => d.name(),
+        }
+    }
+
+    /// The final statuses and refund counts the order `index` of this plan
+    /// may end with, when every step of it was made (a step the stack
+    /// refused or failed changes what it can end as). `None`: any outcome
+    /// the invariants allow.
+    pub fn expected(self, index: usize) -> Option<(&'static [&'static str], &'static [usize])> {
+        const PAID: &[&str] = &["PAID"];
+        const CLOSED: &[&str] = &["CLOSED"];
+        const NONE: &[usize] = &[0];
+        match self {
+            Plan::Mix(
+                Scenario::PaidInTime
+                | Scenario::CouponPaid
+                | Scenario::NotifiedTwice
+                | Scenario::NeverNotified
+                | Scenario::NotifiedLate
+                | Scenario::SecondAttempt,
+            ) => Some((PAID, NONE)),
+            Plan::Mix(
+                Scenario::NeverPaid
+                | Scenario::CouponUnpaid
+                | Scenario::ForgedNotifications
+                | Scenario::PaymentAfterExpiry
+                | Scenario::ReplayedCreate,
+            ) => Some((CLOSED, NONE)),
+            Plan::Mix(Scenario::SettledAtExpiry) => None,
+            Plan::Drill(
+                Drilled::CrashCloser | Drilled::SchedulerDown | Drilled::SweepBacklog | Drilled::ReleaseFails,
+            ) => Some((CLOSED, NONE)),
+            Plan::Drill(Drilled::RelayFails | Drilled::ChannelTimeout) if index % 2 == 0 => Some((PAID, NONE)),
+            Plan::Drill(Drilled::RelayFails | Drilled::ChannelTimeout) => Some((CLOSED, NONE)),
+            // Closed and refunded; PAID only had the close not run by the
+            // time the money moved.
+            Plan::Drill(Drilled::ChannelNotFound) => Some((&["CLOSED", "PAID"], &[0, 1])),
+        }
+    }
+}
+
+/// One order to drive.
+#[derive(Debug, Clone)]
+pub struct OrderPlan {
+    pub index: usize,
+    pub plan: Plan,
+    pub buyer: String,
+    pub sku: String,
+    pub qty: u32,
+    pub coupon: Option<String>,
+    pub idempotency_key: String,
+}
+
+/// What driving one order produced.
+#[derive(Debug, Clone, Default)]
+pub struct Driven {
+    pub order_id: Option<String>,
+    pub expire_at: Option<OffsetDateTime>,
+    /// Creates answered as replays of an accepted one (same key).
+    pub replays: u32,
+    /// Answers the surface must not have given (a refusal that did not
+    /// come, a replay with another order): invariant failures of the run.
+    pub wrong_answers: Vec<String>,
+    /// Calls that failed after their retries (transport, 5xx): the run
+    /// could not do what it planned.
+    pub errors: Vec<String>,
+    pub create_ms: Option<u64>,
+}
+
+pub const PRICE: i64 = system_tests::PRICE;
+
+pub fn order_body(p: &OrderPlan) -> String {
+    let mut b = json!({"currency": "EUR", "items": [{"sku": p.sku, "qty": p.qty, "unit_price": PRICE}]});
+    if let Some(c) = &p.coupon {
+        b["coupon_id"] = json!(c);
+    }
+    b.to_string()
+}
+
+fn now_unix() -> i64 {
+    OffsetDateTime::now_utc().unix_timestamp()
+}
+
+async fn sleep_until(t: OffsetDateTime) {
+    let left = (t - OffsetDateTime::now_utc()).whole_milliseconds();
+    if left > 0 {
+        tokio::time::sleep(Duration::from_millis(left as u64)).await;
+    }
+}
+
+/// A payment attempt the run opened.
+struct Attempt {
+    payment_id: String,
+    amount: i64,
+}
+
+struct Driver<'a> {
+    client: &'a Client,
+    on_created: &'a (dyn Fn() + Sync),
+    plan: &'a OrderPlan,
+    out: Driven,
+}
+
+impl Driver<'_> {
+    fn wrong(&mut self, what: String) {
+        self.out.wrong_answers.push(format!("{} ({}): {what}", self.plan.plan.name(), self.plan.buyer));
+    }
+
+    fn error(&mut self, what: String) {
+        self.out.errors.push(format!("{} ({}): {what}", self.plan.plan.name(), self.plan.buyer));
+    }
+
+    async fn create(&mut self) -> Option<(String, OffsetDateTime, i64)> {
+        let body = order_body(self.plan);
+        let started = std::time::Instant::now();
+        let key = self.plan.idempotency_key.clone();
+        let r = self
+            .client
+            .buyer_retried(&self.plan.buyer, "POST", "/orders", &[("Idempotency-Key", &key)], Some(&body))
+            .await;
+        self.out.create_ms = Some(started.elapsed().as_millis() as u64);
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                self.error(format!("create: {e}"));
+                return None;
+            }
+        };
+        if r.status != 201 {
+            self.error(format!("create answered {} {}", r.status, r.body));
+            return None;
+        }
+        if r.body["_replayed"] == true {
+            // A retried create whose first try was accepted: still one order.
+            self.out.replays += 1;
+        }
+        let id = r.body["order_id"].as_str()?.to_owned();
+        let expire_at = r.body["expire_at"]
+            .as_str()
+            .and_then(|s| OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok())?;
+        let amount = r.body["amount_total"].as_i64().unwrap_or(0);
+        self.out.order_id = Some(id.clone());
+        self.out.expire_at = Some(expire_at);
+        (self.on_created)();
+        Some((id, expire_at, amount))
+    }
+
+    async fn start_payment(&mut self, order_id: &str, amount: i64, key: &str) -> Option<Attempt> {
+        let path = format!("/orders/{order_id}/payments");
+        let r = self
+            .client
+            .buyer_retried(
+                &self.plan.buyer,
+                "POST",
+                &path,
+                &[("Idempotency-Key", key)],
+                Some(r#"{"channel":"sandbox"}"#),
+            )
+            .await;
+        match r {
+            Ok(r) if r.status == 201 => {
+                Some(Attempt { payment_id: r.body["payment_id"].as_str().unwrap_or("").to_owned(), amount })
+            }
+            // The order may legitimately be past its window already on a
+            // loaded stack; the run notes it but it is no violation.
+            Ok(r) if r.status == 409 => {
+                self.error(format!("payment entry refused: {} {}", r.status, r.body));
+                None
+            }
+            Ok(r) => {
+                self.error(format!("payment entry answered {} {}", r.status, r.body));
+                None
+            }
+            Err(e) => {
+                self.error(format!("payment entry: {e}"));
+                None
+            }
+        }
+    }
+
+    async fn settle(&mut self, a: &Attempt, body: Value) -> Option<Value> {
+        let path = format!("/sandbox/payments/{}/settle", a.payment_id);
+        match self.client.admin("POST", &path, Some(&body.to_string())).await {
+            Ok(r) if r.status == 200 => Some(r.body),
+            Ok(r) => {
+                self.error(format!("settle {body} answered {} {}", r.status, r.body));
+                None
+            }
+            Err(e) => {
+                self.error(format!("settle: {e}"));
+                None
+            }
+        }
+    }
+
+    fn notification(&self, order_id: &str, a: &Attempt, settled: &Value, notify_id: &str) -> Value {
+        json!({
+            "notify_id": notify_id, "payment_id": a.payment_id, "order_id": order_id,
+            "channel_txn_id": settled["channel_txn_id"], "amount": a.amount, "currency": "EUR",
+            "merchant_id": self.client.merchant_id, "status": "SUCCEEDED",
+        })
+    }
+
+    /// Sends a notification and checks the answer's result is one of `ok`.
+    async fn notify_expect(&mut self, body: &Value, ok: &[&str]) {
+        match self.client.notify(body, None, now_unix()).await {
+            Ok(r) if r.status == 200 && ok.iter().any(|o| r.body["result"] == *o) => {}
+            Ok(r) => self.wrong(format!("notification answered {} {} (expected one of {ok:?})", r.status, r.body)),
+            Err(e) => self.error(format!("notify: {e}")),
+        }
+    }
+
+    async fn pay_in_time(&mut self, id: &str, amount: i64, key: &str) {
+        let Some(a) = self.start_payment(id, amount, key).await else { return };
+        if let Some(s) = self.settle(&a, json!({"outcome": "SUCCEEDED", "notify": true})).await {
+            // `duplicate`: a retried settle (its first answer lost, e.g. in
+            // the emulator's restart) notified the same success again; the
+            // order's outcome is checked after the drain.
+            if !(s["webhook_response"]["result"] == "paid" || s["webhook_response"]["result"] == "duplicate") {
+                self.wrong(format!("an in-time payment's notification answered {s}"));
+            }
+        }
+    }
+
+    async fn drive(&mut self, opts: &DriveOptions) {
+        let Some((id, expire_at, amount)) = self.create().await else { return };
+        let pay_key = format!("{}-pay1", self.plan.idempotency_key);
+        match self.plan.plan {
+            Plan::Mix(Scenario::NeverPaid | Scenario::CouponUnpaid) => {}
+            Plan::Drill(Drilled::CrashCloser | Drilled::SchedulerDown | Drilled::SweepBacklog) => {}
+            Plan::Drill(Drilled::ReleaseFails) => {}
+            // Half the relay drill's orders are paid, so the paid path's
+            // events meet the failing publish too.
+            Plan::Drill(Drilled::RelayFails) if self.plan.index % 2 == 1 => {}
+            Plan::Drill(Drilled::RelayFails) => self.pay_in_time(&id, amount, &pay_key).await,
+            Plan::Mix(Scenario::ReplayedCreate) => {
+                for _ in 0..2 {
+                    let body = order_body(self.plan);
+                    let key = self.plan.idempotency_key.clone();
+                    match self
+                        .client
+                        .buyer_retried(&self.plan.buyer, "POST", "/orders", &[("Idempotency-Key", &key)], Some(&body))
+                        .await
+                    {
+                        Ok(r)
+                            if r.status == 201 && r.body["order_id"] == id.as_str() && r.body["_replayed"] == true =>
+                        {
+                            self.out.replays += 1
+                        }
+                        Ok(r) => self.wrong(format!("replayed create answered {} {}", r.status, r.body)),
+                        Err(e) => self.error(format!("replayed create: {e}")),
+                    }
+                }
+            }
+            Plan::Mix(Scenario::PaidInTime | Scenario::CouponPaid) => self.pay_in_time(&id, amount, &pay_key).await,
+            Plan::Mix(Scenario::SettledAtExpiry) => {
+                let Some(a) = self.start_payment(&id, amount, &pay_key).await else { return };
+                sleep_until(expire_at).await;
+                let path = format!("/sandbox/payments/{}/settle", a.payment_id);
+                let body = json!({"outcome": "SUCCEEDED", "notify": true}).to_string();
+                match self.client.admin("POST", &path, Some(&body)).await {
+                    // The close got there first and closed the attempt at the
+                    // channel: the success never happens (the race's other side).
+                    Ok(r) if r.status == 409 && r.body["error"]["code"] == "already_settled" => {}
+                    Ok(r) if r.status == 200 => {
+                        let result = &r.body["webhook_response"]["result"];
+                        if !(result == "paid" || result == "refund_pending" || result == "duplicate") {
+                            self.wrong(format!("a success at expiry was answered {}", r.body));
+                        }
+                    }
+                    Ok(r) => self.error(format!("settle at expiry answered {} {}", r.status, r.body)),
+                    Err(e) => self.error(format!("settle at expiry: {e}")),
+                }
+            }
+            Plan::Mix(Scenario::NotifiedLate) => {
+                let Some(a) = self.start_payment(&id, amount, &pay_key).await else { return };
+                let Some(s) = self.settle(&a, json!({"outcome": "SUCCEEDED", "notify": false})).await else { return };
+                sleep_until(expire_at + Duration::from_secs(3 + (self.plan.index % 6) as u64)).await;
+                let n = self.notification(&id, &a, &s, &format!("late-{}", a.payment_id));
+                // The close's query found the success first (duplicate) or the
+                // notification wins (paid); a refund would mean the order
+                // was closed over a payment the channel knew: wrong.
+                self.notify_expect(&n, &["paid", "duplicate"]).await;
+            }
+            Plan::Mix(Scenario::NotifiedTwice) => {
+                let Some(a) = self.start_payment(&id, amount, &pay_key).await else { return };
+                let Some(s) = self.settle(&a, json!({"outcome": "SUCCEEDED", "notify": true})).await else { return };
+                if !(s["webhook_response"]["result"] == "paid" || s["webhook_response"]["result"] == "duplicate") {
+                    self.wrong(format!("the first notification answered {s}"));
+                }
+                let again = self.notification(&id, &a, &s, &format!("dup-{}", a.payment_id));
+                self.notify_expect(&again, &["duplicate"]).await;
+                self.notify_expect(&again, &["duplicate"]).await;
+                let resent = self.notification(&id, &a, &s, &format!("dup2-{}", a.payment_id));
+                self.notify_expect(&resent, &["duplicate"]).await;
+            }
+            Plan::Mix(Scenario::NeverNotified) => {
+                let Some(a) = self.start_payment(&id, amount, &pay_key).await else { return };
+                self.settle(&a, json!({"outcome": "SUCCEEDED", "notify": false})).await;
+            }
+            Plan::Mix(Scenario::SecondAttempt) => {
+                let Some(first) = self.start_payment(&id, amount, &pay_key).await else { return };
+                let key2 = format!("{}-pay2", self.plan.idempotency_key);
+                let Some(second) = self.start_payment(&id, amount, &key2).await else { return };
+                if second.payment_id == first.payment_id {
+                    self.wrong("a second key opened no new attempt".into());
+                }
+                if let Some(s) = self.settle(&second, json!({"outcome": "SUCCEEDED", "notify": true})).await {
+                    if !(s["webhook_response"]["result"] == "paid" || s["webhook_response"]["result"] == "duplicate") {
+                        self.wrong(format!("the second attempt's notification answered {s}"));
+                    }
+                }
+                // The first attempt was closed at the channel when the second
+                // opened: settling it now is refused there (409), or, if the
+                // channel still took it, its success must be refunded.
+                let path = format!("/sandbox/payments/{}/settle", first.payment_id);
+                let body = json!({"outcome": "SUCCEEDED", "notify": true}).to_string();
+                match self.client.admin("POST", &path, Some(&body)).await {
+                    Ok(r) if r.status == 409 => {}
+                    Ok(r) if r.status == 200 && r.body["webhook_response"]["result"] == "refund_pending" => {}
+                    Ok(r) => {
+                        self.wrong(format!("a success on the superseded attempt answered {} {}", r.status, r.body))
+                    }
+                    Err(e) => self.error(format!("settle first attempt: {e}")),
+                }
+            }
+            Plan::Mix(Scenario::ForgedNotifications) => {
+                let Some(a) = self.start_payment(&id, amount, &pay_key).await else { return };
+                let fake = json!({"channel_txn_id": format!("forged-{}", a.payment_id)});
+                let good = self.notification(&id, &a, &fake, &format!("forged-{}", a.payment_id));
+                let t = now_unix();
+                let checks: [(Value, Option<&str>, i64, u16); 4] = [
+                    (good.clone(), Some("not-the-secret"), t, 401),
+                    (good.clone(), None, t - 600, 401),
+                    (
+                        {
+                            let mut b = good.clone();
+                            b["amount"] = json!(a.amount - 1);
+                            b
+                        },
+                        None,
+                        t,
+                        422,
+                    ),
+                    (
+                        {
+                            let mut b = good.clone();
+                            b["merchant_id"] = json!("someone-else");
+                            b
+                        },
+                        None,
+                        t,
+                        422,
+                    ),
+                ];
+                for (body, secret, at, want) in checks {
+                    match self.client.notify(&body, secret, at).await {
+                        Ok(r) if r.status == want => {}
+                        Ok(r) => {
+                            self.wrong(format!("a forged notification answered {} {} (want {want})", r.status, r.body))
+                        }
+                        Err(e) => self.error(format!("forged notify: {e}")),
+                    }
+                }
+            }
+            Plan::Mix(Scenario::PaymentAfterExpiry) => {
+                sleep_until(expire_at + Duration::from_millis(300)).await;
+                let path = format!("/orders/{id}/payments");
+                match self
+                    .client
+                    .buyer_retried(
+                        &self.plan.buyer,
+                        "POST",
+                        &path,
+                        &[("Idempotency-Key", &pay_key)],
+                        Some(r#"{"channel":"sandbox"}"#),
+                    )
+                    .await
+                {
+                    Ok(r)
+                        if r.status == 409
+                            && matches!(
+                                r.body["error"]["code"].as_str(),
+                                Some("order_expired" | "order_not_payable")
+                            ) => {}
+                    Ok(r) => self.wrong(format!("a payment after expiry answered {} {}", r.status, r.body)),
+                    Err(e) => self.error(format!("payment after expiry: {e}")),
+                }
+            }
+            Plan::Drill(Drilled::ChannelTimeout) => {
+                let Some(a) = self.start_payment(&id, amount, &pay_key).await else { return };
+                self.settle(&a, json!({"faults": {"query": "timeout"}})).await;
+                sleep_until(expire_at + opts.channel_outage).await;
+                // The channel comes back with an answer: half paid, half failed.
+                let outcome = if self.plan.index % 2 == 0 { "SUCCEEDED" } else { "FAILED" };
+                self.settle(&a, json!({"outcome": outcome, "notify": false, "faults": {}})).await;
+            }
+            Plan::Drill(Drilled::ChannelNotFound) => {
+                let Some(a) = self.start_payment(&id, amount, &pay_key).await else { return };
+                self.settle(&a, json!({"faults": {"query": "not_found"}})).await;
+                sleep_until(expire_at + opts.channel_outage).await;
+                // The money moves after all and the provider says so: the
+                // order was closed, so it is refunded (or PAID, had the
+                // close not run yet on a loaded stack).
+                if let Some(s) = self.settle(&a, json!({"outcome": "SUCCEEDED", "notify": true})).await {
+                    let result = &s["webhook_response"]["result"];
+                    if !(result == "refund_pending" || result == "paid" || result == "duplicate") {
+                        self.wrong(format!("a success after 'not found' answered {s}"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub struct DriveOptions {
+    /// How long past `expire_at` a planted channel fault lasts.
+    pub channel_outage: Duration,
+}
+
+/// Drives one order; `on_created` runs once its create is accepted.
+pub async fn drive(client: &Client, plan: &OrderPlan, opts: &DriveOptions, on_created: &(dyn Fn() + Sync)) -> Driven {
+    let mut d = Driver { client, plan, out: Driven::default(), on_created };
+    d.drive(opts).await;
+    d.out
+}
+
+/// Reads the order's admin view (it never nudges a close).
+pub async fn admin_view(client: &Client, order_id: &str) -> Result<Value, String> {
+    let r = client.send_retried(|| Auth::Iam, "GET", &format!("/admin/orders/{order_id}"), &[], None).await?;
+    if r.status == 200 {
+        Ok(r.body)
+    } else {
+        Err(format!("admin view of {order_id}: {} {}", r.status, r.body))
+    }
+}
