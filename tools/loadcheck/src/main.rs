@@ -2,6 +2,8 @@
 
 mod stack;
 mod verify;
+#[allow(unused_imports)]
+use verify::{verify, Scope};
 
 fn main() {
     eprintln!("loadcheck: not built yet");
