@@ -463,9 +463,9 @@ pub fn check(records: &Records, scope: &Scope, now: OffsetDateTime) -> Verdict {
             .filter(|o| records.orders.get(*o).and_then(|r| r.order.as_ref()).is_some_and(|o| o["status"] == "PAID"))
             .collect();
         let ok = match state {
-            "USED" => {
-                users.len() == 1 && paid_users.len() == 1 && coupon["locked_by"].as_str() == Some(users[0].as_str())
-            }
+            // Settling a lock removes the coupon's `locked_by`, so the
+            // order that used it is known from the locks alone.
+            "USED" => users.len() == 1 && paid_users.len() == 1,
             "LOCKED" => {
                 flag("coupon_left_locked", &format!("COUPON#{c}"), format!("locked by {}", coupon["locked_by"]));
                 users.is_empty()
@@ -684,7 +684,7 @@ mod tests {
         );
         r.stocks.insert("A".into(), Some(json!({"available": 8, "reserved": 0, "sold": 2})));
         r.stocks.insert("B".into(), Some(json!({"available": 5, "reserved": 0, "sold": 0})));
-        r.coupons.insert("c1".into(), Some(json!({"state": "USED", "locked_by": "paid"})));
+        r.coupons.insert("c1".into(), Some(json!({"state": "USED"})));
         r.coupons.insert("c2".into(), Some(json!({"state": "AVAILABLE"})));
         r.ledger = vec![
             json!({"payment_id": "p1", "order_id": "paid", "status": "SUCCEEDED", "amount": 2000, "currency": "EUR", "refunded_amount": 0}),
@@ -805,8 +805,12 @@ mod tests {
     #[test]
     fn a_coupon_used_by_nobody_or_left_locked_is_caught() {
         let (mut r, scope) = clean();
-        r.coupons.insert("c2".into(), Some(json!({"state": "USED", "locked_by": "never"})));
+        r.coupons.insert("c2".into(), Some(json!({"state": "USED"})));
         assert_eq!(broken(&r, &scope), ["coupon_conservation"]);
+        // Two paid orders both holding c1 USED.
+        let (mut r2, scope2) = clean();
+        r2.orders.get_mut("late").unwrap().coupon_lock = Some(json!({"coupon_id": "c1", "status": "USED"}));
+        assert!(broken(&r2, &scope2).contains(&"coupon_conservation"));
         r.coupons.insert("c2".into(), Some(json!({"state": "LOCKED", "locked_by": "never"})));
         assert_eq!(broken(&r, &scope), ["coupon_left_locked"]);
     }
