@@ -1,14 +1,20 @@
 //! The invariant check after a run (issue 9 item 1). It reads the records
 //! directly (the orders table, the sandbox ledger, the queues) and checks
-//! them on its own terms, without the domain crate's decoding or the
-//! reconcile use case's logic, so that a bug there cannot hide a violation
-//! here; it also runs reconciliation and requires it clean for the run.
+//! them on its own terms, as raw attributes, without the domain crate's
+//! decoding or the reconcile use case's logic, so that a bug there cannot
+//! hide a violation here; then it runs reconciliation too and requires it
+//! clean for the run's orders and SKUs.
 //!
-//! (Being written: the interface below is fixed; the body is not yet.)
+//! The checks ([`check`]) are a pure function of what was read, so each one
+//! is unit-tested by planting its violation into a clean set of records.
 
 use crate::stack::Stack;
-use std::collections::{BTreeMap, BTreeSet};
+use aws_sdk_dynamodb::types::AttributeValue;
+use futures_util::{stream, StreamExt, TryStreamExt};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
+use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 /// What the run created: only these are checked, so other traffic on the
@@ -67,8 +73,801 @@ pub struct Verdict {
     pub counts: BTreeMap<String, i64>,
 }
 
+/// Every invariant [`verify`] checks, for the summary's pass/fail table
+/// (an invariant with no violation passed).
+pub const INVARIANTS: [(&str, &str); 19] = [
+    ("order_missing", "every accepted order exists"),
+    ("not_final", "every order ends PAID or CLOSED (none open, none CLOSING)"),
+    ("open_past_bound", "no order open past expire_at + the sweep's bound"),
+    ("final_transitions", "exactly one final transition in each order's history, the last one"),
+    ("paid_without_success", "a PAID order's paying attempt SUCCEEDED at the channel with the order's amount"),
+    ("released_on_paid", "no PAID order has a released reservation or a returned coupon"),
+    ("confirmed_on_closed", "no CLOSED order has a confirmed reservation or a used coupon"),
+    ("effects_pending", "every final order's reservations and coupon lock are settled and it left the due index"),
+    ("refund_unsettled", "every refund ended REFUNDED, for the payment's amount, at the channel too"),
+    ("success_unaccounted", "every channel success is the paying payment or has exactly one refund"),
+    ("funds_identity", "per order: channel successes - refunds = amount (PAID) or 0 (CLOSED)"),
+    (
+        "stock_conservation",
+        "per SKU: initial = available + reserved + sold, reserved = sum RESERVED, sold = sum CONFIRMED",
+    ),
+    ("stock_record", "every SKU of the run exists and no count is negative"),
+    ("coupon_conservation", "each USED coupon is used by exactly one PAID order, and no other coupon is"),
+    ("coupon_left_locked", "no coupon of the run is left LOCKED"),
+    ("dead_letter", "no dead-letter queue holds a message about an order of the run"),
+    ("reconcile", "reconciliation reports nothing about the run's orders and SKUs"),
+    ("ledger_unknown_order", "no channel payment names an order of the run that has no attempt for it"),
+    ("record_undecodable", "every record of the run has the attributes its kind needs"),
+];
+
+/// The records of one order, as stored.
+#[derive(Debug, Clone, Default)]
+pub struct OrderRecords {
+    pub order: Option<Value>,
+    pub reservations: Vec<Value>,
+    pub coupon_lock: Option<Value>,
+    pub payments: Vec<Value>,
+    pub refunds: Vec<Value>,
+}
+
+/// Everything the check reads: the run's orders with what they hold, its
+/// SKUs and coupons, and the channel's ledger rows for its orders.
+#[derive(Debug, Clone, Default)]
+pub struct Records {
+    pub orders: BTreeMap<String, OrderRecords>,
+    /// SKU → its stock row (None: missing).
+    pub stocks: BTreeMap<String, Option<Value>>,
+    /// Coupon → its row (None: missing).
+    pub coupons: BTreeMap<String, Option<Value>>,
+    /// Ledger rows whose `order_id` is an order of the run.
+    pub ledger: Vec<Value>,
+}
+
 /// Checks every invariant over the run's records. Call it after the drain
 /// (every order final, every effect settled), or it reports what is not.
-pub async fn verify(_stack: &Stack, _scope: &Scope) -> Result<Verdict, String> {
-    Err("the invariant check is not written yet".into())
+pub async fn verify(stack: &Stack, scope: &Scope) -> Result<Verdict, String> {
+    let now = OffsetDateTime::now_utc();
+    let records = load(stack, scope).await?;
+    let mut verdict = check(&records, scope, now);
+    dead_letters(stack, scope, &mut verdict).await?;
+    reconcile(stack, scope, &mut verdict).await?;
+    Ok(verdict)
+}
+
+// ---------------------------------------------------------------- reading
+
+async fn load(stack: &Stack, scope: &Scope) -> Result<Records, String> {
+    let db = aws_sdk_dynamodb::Client::new(&stack.sdk);
+    let table = stack.get("ORDERS_TABLE_NAME")?.to_owned();
+    let orders: BTreeMap<String, OrderRecords> = stream::iter(scope.orders.iter().cloned())
+        .map(|id| {
+            let (db, table) = (db.clone(), table.clone());
+            async move { order_records(&db, &table, &id).await.map(|r| (id, r)) }
+        })
+        .buffer_unordered(16)
+        .try_collect()
+        .await?;
+    let mut stocks = BTreeMap::new();
+    for sku in scope.skus.keys() {
+        stocks.insert(sku.clone(), get(&db, &table, &format!("SKU#{sku}"), "STOCK").await?);
+    }
+    let mut coupons = BTreeMap::new();
+    for c in &scope.coupons {
+        coupons.insert(c.clone(), get(&db, &table, &format!("COUPON#{c}"), "COUPON").await?);
+    }
+    // The channel's side: the whole sandbox ledger, kept to the run's
+    // orders. Scanning it (not looking up the attempts' ids) also finds a
+    // channel payment the order's records do not know about.
+    let mut ledger = Vec::new();
+    if let Some(ledger_table) = stack.get_opt("SANDBOX_LEDGER_TABLE_NAME") {
+        let mut pages = db.scan().table_name(ledger_table).consistent_read(true).into_paginator().items().send();
+        while let Some(item) = pages.next().await {
+            let row = to_json(item.map_err(|e| format!("scanning the sandbox ledger: {e}"))?);
+            if row["order_id"].as_str().is_some_and(|o| scope.orders.contains(o)) {
+                ledger.push(row);
+            }
+        }
+    }
+    Ok(Records { orders, stocks, coupons, ledger })
+}
+
+async fn order_records(db: &aws_sdk_dynamodb::Client, table: &str, id: &str) -> Result<OrderRecords, String> {
+    let mut r = OrderRecords::default();
+    let mut pages = db
+        .query()
+        .table_name(table)
+        .key_condition_expression("pk = :pk")
+        .expression_attribute_values(":pk", AttributeValue::S(format!("ORDER#{id}")))
+        .consistent_read(true)
+        .into_paginator()
+        .items()
+        .send();
+    while let Some(item) = pages.next().await {
+        let row = to_json(item.map_err(|e| format!("reading order {id}: {e}"))?);
+        let sk = row["sk"].as_str().unwrap_or_default().to_owned();
+        if sk == "ORDER" {
+            r.order = Some(row);
+        } else if sk.starts_with("RES#STOCK#") {
+            r.reservations.push(row);
+        } else if sk.starts_with("RES#COUPON#") {
+            r.coupon_lock = Some(row);
+        } else if sk.starts_with("PAY#") {
+            r.payments.push(row);
+        } else if sk.starts_with("REFUND#") {
+            r.refunds.push(row);
+        }
+    }
+    Ok(r)
+}
+
+async fn get(db: &aws_sdk_dynamodb::Client, table: &str, pk: &str, sk: &str) -> Result<Option<Value>, String> {
+    let out = db
+        .get_item()
+        .table_name(table)
+        .key("pk", AttributeValue::S(pk.into()))
+        .key("sk", AttributeValue::S(sk.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| format!("reading {pk}: {e}"))?;
+    Ok(out.item.map(to_json))
+}
+
+fn to_json(item: HashMap<String, AttributeValue>) -> Value {
+    serde_dynamo::from_item(item).unwrap_or(Value::Null)
+}
+
+// ---------------------------------------------------------------- checking
+
+/// The checks over what was read; `now` bounds "open too long".
+pub fn check(records: &Records, scope: &Scope, now: OffsetDateTime) -> Verdict {
+    let mut v = Verdict::default();
+    let mut flag = |invariant: &'static str, subject: &str, detail: String| {
+        v.violations.push(Violation { invariant, subject: subject.to_owned(), detail });
+    };
+    let mut outcomes = Vec::new();
+    let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+    // Per SKU: quantities RESERVED / CONFIRMED over the run's orders.
+    let mut held: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    // Per coupon: the orders whose lock of it is USED.
+    let mut used_by: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // Ledger rows by order.
+    let mut ledger: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
+    for row in &records.ledger {
+        ledger.entry(row["order_id"].as_str().unwrap_or_default()).or_default().push(row);
+    }
+
+    for id in &scope.orders {
+        let Some(r) = records.orders.get(id) else {
+            flag("order_missing", id, "the API accepted it, but it was not read back".into());
+            continue;
+        };
+        let Some(order) = &r.order else {
+            flag("order_missing", id, "no ORDER record under its partition".into());
+            continue;
+        };
+        let status = order["status"].as_str().unwrap_or("?").to_owned();
+        *counts.entry(format!("orders.{status}")).or_default() += 1;
+        let Some(expire_at) = time_of(&order["expire_at"]) else {
+            flag("record_undecodable", id, format!("expire_at {} is not RFC 3339", order["expire_at"]));
+            continue;
+        };
+        let is_final = status == "PAID" || status == "CLOSED";
+        if !is_final {
+            flag("not_final", id, format!("{status}, expire_at {}", order["expire_at"]));
+            let late = now - expire_at;
+            if late > scope.open_bound {
+                flag("open_past_bound", id, format!("{status} {:.0} s after expire_at", late.as_seconds_f64()));
+            }
+        }
+
+        // The history: exactly one entry into a final status, and it is
+        // the last one (nothing moves an order out of PAID or CLOSED).
+        let history = order["history"].as_array().cloned().unwrap_or_default();
+        let finals: Vec<&Value> =
+            history.iter().filter(|h| matches!(h["to"].as_str(), Some("PAID" | "CLOSED"))).collect();
+        let final_at = finals.first().and_then(|h| time_of(&h["at"]));
+        if is_final {
+            let last_to = history.last().and_then(|h| h["to"].as_str());
+            if finals.len() != 1 || last_to != Some(status.as_str()) {
+                flag(
+                    "final_transitions",
+                    id,
+                    format!("status {status}; history into a final status: {}", summary_of(&finals)),
+                );
+            }
+        } else if !finals.is_empty() {
+            flag("final_transitions", id, format!("status {status} after {}", summary_of(&finals)));
+        }
+        if history.iter().any(|h| matches!(h["from"].as_str(), Some("PAID" | "CLOSED"))) {
+            flag("final_transitions", id, "a history entry leaves a final status".into());
+        }
+
+        // What the order holds, settled the way its outcome requires.
+        for res in &r.reservations {
+            let sku = res["sku"].as_str().unwrap_or_default().to_owned();
+            let qty = res["qty"].as_i64().unwrap_or(0);
+            let rs = res["status"].as_str().unwrap_or("?");
+            let e = held.entry(sku.clone()).or_default();
+            match rs {
+                "RESERVED" => e.0 += qty,
+                "CONFIRMED" => e.1 += qty,
+                _ => {}
+            }
+            match (status.as_str(), rs) {
+                ("PAID", "RELEASED") => flag("released_on_paid", id, format!("reservation of {sku} RELEASED")),
+                ("CLOSED", "CONFIRMED") => flag("confirmed_on_closed", id, format!("reservation of {sku} CONFIRMED")),
+                ("PAID" | "CLOSED", "RESERVED") => {
+                    flag("effects_pending", id, format!("{status} but its reservation of {sku} is still RESERVED"))
+                }
+                _ => {}
+            }
+        }
+        if let Some(lock) = &r.coupon_lock {
+            let coupon = lock["coupon_id"].as_str().unwrap_or_default().to_owned();
+            let ls = lock["status"].as_str().unwrap_or("?");
+            if ls == "USED" {
+                used_by.entry(coupon.clone()).or_default().push(id.clone());
+            }
+            match (status.as_str(), ls) {
+                ("PAID", "AVAILABLE" | "EXPIRED" | "VOID") => {
+                    flag("released_on_paid", id, format!("coupon lock of {coupon} {ls}"))
+                }
+                ("CLOSED", "USED") => flag("confirmed_on_closed", id, format!("coupon lock of {coupon} USED")),
+                ("PAID" | "CLOSED", "LOCKED") => {
+                    flag("effects_pending", id, format!("{status} but its coupon lock of {coupon} is still LOCKED"))
+                }
+                _ => {}
+            }
+        }
+        if is_final && !order["due_shard"].is_null() {
+            flag(
+                "effects_pending",
+                id,
+                format!("still in the due index ({} at {})", order["due_shard"], order["due_at"]),
+            );
+        }
+
+        // Payments: the paying one, and every other success refunded.
+        let attempts: BTreeMap<&str, &Value> =
+            r.payments.iter().map(|p| (p["payment_id"].as_str().unwrap_or_default(), p)).collect();
+        let refunds: BTreeMap<&str, &Value> =
+            r.refunds.iter().map(|p| (p["payment_id"].as_str().unwrap_or_default(), p)).collect();
+        let rows = ledger.get(id.as_str()).cloned().unwrap_or_default();
+        let channel: BTreeMap<&str, &Value> =
+            rows.iter().map(|p| (p["payment_id"].as_str().unwrap_or_default(), *p)).collect();
+        let amount = order["amount_total"].as_i64().unwrap_or(-1);
+        let paid_by = order["paid_by"].as_str();
+        if status == "PAID" {
+            let at_channel = paid_by.and_then(|p| channel.get(p));
+            let ok = at_channel.is_some_and(|c| {
+                c["status"] == "SUCCEEDED" && c["amount"].as_i64() == Some(amount) && c["currency"] == order["currency"]
+            }) && paid_by.and_then(|p| attempts.get(p)).is_some_and(|a| a["status"] == "SUCCEEDED");
+            if !ok {
+                flag(
+                    "paid_without_success",
+                    id,
+                    format!("paid_by {paid_by:?}: channel {:?}", at_channel.map(|c| &c["status"])),
+                );
+            }
+        } else if paid_by.is_some() {
+            flag("paid_without_success", id, format!("{status} but paid_by {paid_by:?} is set"));
+        }
+        for (pid, row) in &channel {
+            *counts.entry(format!("channel.{}", row["status"].as_str().unwrap_or("?"))).or_default() += 1;
+            if !attempts.contains_key(pid) {
+                flag(
+                    "ledger_unknown_order",
+                    id,
+                    format!("the channel has payment {pid}, the order has no attempt for it"),
+                );
+            }
+            if row["status"] != "SUCCEEDED" {
+                continue;
+            }
+            let paying = status == "PAID" && paid_by == Some(*pid);
+            let refunded = refunds.get(pid).is_some_and(|f| f["status"] == "REFUNDED");
+            if paying == refunded {
+                flag(
+                    "success_unaccounted",
+                    id,
+                    format!("channel success {pid}: paying {paying}, refunded {refunded} (exactly one must hold)"),
+                );
+            }
+        }
+        for (pid, refund) in &refunds {
+            let rs = refund["status"].as_str().unwrap_or("?");
+            *counts.entry(format!("refunds.{rs}")).or_default() += 1;
+            let want = attempts.get(pid).and_then(|a| a["amount"].as_i64());
+            let at_channel = channel.get(pid).and_then(|c| c["refunded_amount"].as_i64()).unwrap_or(0);
+            if rs != "REFUNDED" || refund["amount"].as_i64() != want || Some(at_channel) != want {
+                flag(
+                    "refund_unsettled",
+                    id,
+                    format!(
+                        "refund of {pid}: {rs}, amount {}, attempt {want:?}, refunded at the channel {at_channel}",
+                        refund["amount"]
+                    ),
+                );
+            }
+        }
+        // The funds identity on the channel's own figures (seed 003 §06).
+        let received: i64 =
+            rows.iter().filter(|c| c["status"] == "SUCCEEDED").filter_map(|c| c["amount"].as_i64()).sum();
+        let returned: i64 = rows.iter().filter_map(|c| c["refunded_amount"].as_i64()).sum();
+        let expected = match status.as_str() {
+            "PAID" => Some(amount),
+            "CLOSED" => Some(0),
+            _ => None,
+        };
+        if let Some(expected) = expected {
+            if received - returned != expected {
+                flag(
+                    "funds_identity",
+                    id,
+                    format!("{status}: received {received} - refunded {returned} != {expected}"),
+                );
+            }
+        }
+
+        outcomes.push(OrderOutcome {
+            order_id: id.clone(),
+            status: status.clone(),
+            expire_at,
+            final_at: if is_final { final_at } else { None },
+            refunds: r.refunds.len(),
+        });
+    }
+
+    for (sku, initial) in &scope.skus {
+        let Some(Some(stock)) = records.stocks.get(sku) else {
+            flag("stock_record", &format!("SKU#{sku}"), "missing".into());
+            continue;
+        };
+        let (available, reserved, sold) = (
+            stock["available"].as_i64().unwrap_or(-1),
+            stock["reserved"].as_i64().unwrap_or(-1),
+            stock["sold"].as_i64().unwrap_or(0),
+        );
+        if available < 0 || reserved < 0 || sold < 0 {
+            flag(
+                "stock_record",
+                &format!("SKU#{sku}"),
+                format!("available {available}, reserved {reserved}, sold {sold}"),
+            );
+        }
+        let (want_reserved, want_sold) = held.get(sku).copied().unwrap_or_default();
+        if available + reserved + sold != *initial || reserved != want_reserved || sold != want_sold {
+            flag(
+                "stock_conservation",
+                &format!("SKU#{sku}"),
+                format!(
+                    "seeded {initial}; available {available} + reserved {reserved} + sold {sold}; the orders hold \
+                     {want_reserved} RESERVED and {want_sold} CONFIRMED"
+                ),
+            );
+        }
+        counts.insert(format!("stock.{sku}.sold"), sold);
+    }
+
+    for c in &scope.coupons {
+        let Some(Some(coupon)) = records.coupons.get(c) else {
+            flag("coupon_conservation", &format!("COUPON#{c}"), "missing".into());
+            continue;
+        };
+        let state = coupon["state"].as_str().unwrap_or("?");
+        *counts.entry(format!("coupons.{state}")).or_default() += 1;
+        let users = used_by.get(c).cloned().unwrap_or_default();
+        let paid_users: Vec<&String> = users
+            .iter()
+            .filter(|o| records.orders.get(*o).and_then(|r| r.order.as_ref()).is_some_and(|o| o["status"] == "PAID"))
+            .collect();
+        let ok = match state {
+            // Settling a lock removes the coupon's `locked_by`, so the
+            // order that used it is known from the locks alone.
+            "USED" => users.len() == 1 && paid_users.len() == 1,
+            "LOCKED" => {
+                flag("coupon_left_locked", &format!("COUPON#{c}"), format!("locked by {}", coupon["locked_by"]));
+                users.is_empty()
+            }
+            _ => users.is_empty(),
+        };
+        if !ok {
+            flag(
+                "coupon_conservation",
+                &format!("COUPON#{c}"),
+                format!(
+                    "state {state}, locked_by {}; USED by orders {users:?} (PAID: {paid_users:?})",
+                    coupon["locked_by"]
+                ),
+            );
+        }
+    }
+
+    v.orders = outcomes;
+    v.counts = counts;
+    v
+}
+
+fn time_of(v: &Value) -> Option<OffsetDateTime> {
+    OffsetDateTime::parse(v.as_str()?, &Rfc3339).ok()
+}
+
+fn summary_of(entries: &[&Value]) -> String {
+    let parts: Vec<String> = entries
+        .iter()
+        .map(|h| {
+            format!(
+                "{}→{} ({})",
+                h["from"].as_str().unwrap_or("-"),
+                h["to"].as_str().unwrap_or("?"),
+                h["cause"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+// ---------------------------------------------------------------- queues
+
+/// The stack's dead-letter queues (stack output names).
+const DEAD_LETTER_QUEUES: [&str; 6] = [
+    "CLOSE_DLQ_URL",
+    "WAKEUP_DLQ_URL",
+    "REFUND_DLQ_URL",
+    "SWEEP_DLQ_URL",
+    "STREAM_FAILURE_QUEUE_URL",
+    "STREAM_DEAD_LETTER_QUEUE_URL",
+];
+
+/// Counts each dead-letter queue and looks through its messages for the
+/// run's orders. Other traffic on the stack (a test that plants a dead
+/// letter on purpose) is counted but is not the run's violation. The
+/// messages are only peeked: received with a zero visibility timeout, so
+/// they stay where they are for the operator.
+async fn dead_letters(stack: &Stack, scope: &Scope, v: &mut Verdict) -> Result<(), String> {
+    let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
+    for name in DEAD_LETTER_QUEUES {
+        let Some(url) = stack.get_opt(name) else { continue };
+        let depth = sqs
+            .get_queue_attributes()
+            .queue_url(url)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+            .send()
+            .await
+            .map_err(|e| format!("reading the depth of {name}: {e}"))?
+            .attributes
+            .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages).cloned())
+            .and_then(|d| d.parse::<i64>().ok())
+            .unwrap_or(0);
+        v.counts.insert(format!("dlq.{name}"), depth);
+        if depth == 0 {
+            continue;
+        }
+        let mut seen = BTreeSet::new();
+        // Enough receives to meet every message about twice (10 per call).
+        for _ in 0..(depth / 5 + 2).min(200) {
+            let out = sqs
+                .receive_message()
+                .queue_url(url)
+                .max_number_of_messages(10)
+                .visibility_timeout(0)
+                .send()
+                .await
+                .map_err(|e| format!("peeking at {name}: {e}"))?;
+            for m in out.messages.unwrap_or_default() {
+                if !seen.insert(m.message_id.clone().unwrap_or_default()) {
+                    continue;
+                }
+                let body = m.body.unwrap_or_default();
+                if let Some(order) = scope.orders.iter().find(|o| body.contains(o.as_str())) {
+                    v.violations.push(Violation {
+                        invariant: "dead_letter",
+                        subject: order.clone(),
+                        detail: format!("a message about it is on {name}"),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- reconcile
+
+/// Runs the stack's reconciliation (the reconcile function, invoked through
+/// the Lambda API) and turns what it reports about the run into violations.
+async fn reconcile(stack: &Stack, scope: &Scope, v: &mut Verdict) -> Result<(), String> {
+    let (Some(endpoint), Ok(function)) = (stack.get_opt("AWS_ENDPOINT_URL"), stack.get("RECONCILE_FUNCTION_NAME"))
+    else {
+        // On AWS the invocation needs real SigV4 credentials; the local
+        // stack is what loadcheck runs against.
+        v.counts.insert("reconcile.skipped".into(), 1);
+        return Ok(());
+    };
+    let url = format!("{}/2015-03-31/functions/{function}/invocations", endpoint.trim_end_matches('/'));
+    let body = b"{}".to_vec();
+    let hs = vec![("content-type".to_owned(), "application/json".to_owned())];
+    let mut req = reqwest::Client::new().post(&url).body(body.clone());
+    for (k, val) in hs.iter().cloned().chain(system_tests::sigv4("POST", &url, &hs, &body, "lambda")) {
+        req = req.header(k, val);
+    }
+    let text = req
+        .send()
+        .await
+        .map_err(|e| format!("invoking {function}: {e}"))?
+        .text()
+        .await
+        .map_err(|e| format!("reading the reconcile report: {e}"))?;
+    let report: Value = serde_json::from_str(&text).map_err(|_| format!("reconcile answered {text}"))?;
+    let Some(found) = report["discrepancies"].as_array() else {
+        return Err(format!("reconcile answered without a report: {text}"));
+    };
+    let stock_keys: BTreeSet<String> = scope.skus.keys().map(|s| format!("SKU#{s}/STOCK")).collect();
+    for d in found {
+        let order = d["order_id"].as_str().unwrap_or_default();
+        let key = d["key"].as_str().unwrap_or_default();
+        let subject = if scope.orders.contains(order) {
+            order.to_owned()
+        } else if stock_keys.contains(key) {
+            key.to_owned()
+        } else {
+            continue;
+        };
+        let kind = d["kind"].as_str().unwrap_or("?");
+        *v.counts.entry(format!("reconcile.{kind}")).or_default() += 1;
+        v.violations.push(Violation {
+            invariant: "reconcile",
+            subject,
+            detail: format!("{kind}: {}", d["detail"].as_str().unwrap_or_default()),
+        });
+    }
+    v.counts.insert("reconcile.orders_checked".into(), report["orders_checked"].as_i64().unwrap_or(0));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const T0: &str = "2026-11-30T10:00:00.000Z";
+    const T1: &str = "2026-11-30T10:00:20.000Z";
+    const T2: &str = "2026-11-30T10:00:21.500Z";
+
+    fn history(to: &str, at: &str) -> Value {
+        json!([{"at": T0, "from": null, "to": "PENDING_PAYMENT", "cause": "created"},
+               {"at": at, "from": "PENDING_PAYMENT", "to": to, "cause": "test"}])
+    }
+
+    /// A clean run: `paid` (coupon c1, paid by p1, 2 of sku A), `late`
+    /// (closed, its late payment p2 refunded, 1 of A), `never` (closed,
+    /// never paid, 1 of B, coupon c2 returned).
+    fn clean() -> (Records, Scope) {
+        let mut r = Records::default();
+        r.orders.insert(
+            "paid".into(),
+            OrderRecords {
+                order: Some(json!({"status": "PAID", "expire_at": T1, "amount_total": 2000, "currency": "EUR",
+                    "paid_by": "p1", "history": history("PAID", T0)})),
+                reservations: vec![json!({"sku": "A", "qty": 2, "status": "CONFIRMED"})],
+                coupon_lock: Some(json!({"coupon_id": "c1", "status": "USED"})),
+                payments: vec![json!({"payment_id": "p1", "status": "SUCCEEDED", "amount": 2000})],
+                refunds: vec![],
+            },
+        );
+        r.orders.insert(
+            "late".into(),
+            OrderRecords {
+                order: Some(json!({"status": "CLOSED", "expire_at": T1, "amount_total": 1000, "currency": "EUR",
+                    "history": history("CLOSED", T2)})),
+                reservations: vec![json!({"sku": "A", "qty": 1, "status": "RELEASED"})],
+                coupon_lock: None,
+                payments: vec![json!({"payment_id": "p2", "status": "SUCCEEDED", "amount": 1000})],
+                refunds: vec![json!({"payment_id": "p2", "status": "REFUNDED", "amount": 1000})],
+            },
+        );
+        r.orders.insert(
+            "never".into(),
+            OrderRecords {
+                order: Some(json!({"status": "CLOSED", "expire_at": T1, "amount_total": 500, "currency": "EUR",
+                    "history": history("CLOSED", T2)})),
+                reservations: vec![json!({"sku": "B", "qty": 1, "status": "RELEASED"})],
+                coupon_lock: Some(json!({"coupon_id": "c2", "status": "AVAILABLE"})),
+                payments: vec![],
+                refunds: vec![],
+            },
+        );
+        r.stocks.insert("A".into(), Some(json!({"available": 8, "reserved": 0, "sold": 2})));
+        r.stocks.insert("B".into(), Some(json!({"available": 5, "reserved": 0, "sold": 0})));
+        r.coupons.insert("c1".into(), Some(json!({"state": "USED"})));
+        r.coupons.insert("c2".into(), Some(json!({"state": "AVAILABLE"})));
+        r.ledger = vec![
+            json!({"payment_id": "p1", "order_id": "paid", "status": "SUCCEEDED", "amount": 2000, "currency": "EUR", "refunded_amount": 0}),
+            json!({"payment_id": "p2", "order_id": "late", "status": "SUCCEEDED", "amount": 1000, "currency": "EUR", "refunded_amount": 1000}),
+        ];
+        let scope = Scope {
+            orders: ["paid", "late", "never"].map(String::from).into(),
+            skus: [("A".to_owned(), 10), ("B".to_owned(), 5)].into(),
+            coupons: ["c1", "c2"].map(String::from).into(),
+            open_bound: Duration::from_secs(120),
+        };
+        (r, scope)
+    }
+
+    fn now() -> OffsetDateTime {
+        OffsetDateTime::parse("2026-11-30T10:10:00Z", &Rfc3339).unwrap()
+    }
+
+    /// The invariants `records` breaks, sorted and deduplicated.
+    fn broken(r: &Records, scope: &Scope) -> Vec<&'static str> {
+        let set: BTreeSet<&'static str> = check(r, scope, now()).violations.iter().map(|v| v.invariant).collect();
+        set.into_iter().collect()
+    }
+
+    fn order<'a>(r: &'a mut Records, id: &str) -> &'a mut Value {
+        r.orders.get_mut(id).unwrap().order.as_mut().unwrap()
+    }
+
+    #[test]
+    fn a_clean_run_breaks_nothing_and_reports_its_outcomes() {
+        let (r, scope) = clean();
+        let v = check(&r, &scope, now());
+        assert_eq!(v.violations, vec![]);
+        assert_eq!(v.counts["orders.PAID"], 1);
+        assert_eq!(v.counts["orders.CLOSED"], 2);
+        assert_eq!(v.counts["refunds.REFUNDED"], 1);
+        let late = v.orders.iter().find(|o| o.order_id == "late").unwrap();
+        assert_eq!(late.delay_ms(), Some(1500));
+        assert_eq!(late.refunds, 1);
+    }
+
+    #[test]
+    fn every_invariant_has_a_name_in_the_table() {
+        let names: BTreeSet<&str> = INVARIANTS.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names.len(), INVARIANTS.len());
+        // Outside the table and the tests, each name is reported somewhere.
+        let src = include_str!("verify.rs");
+        let code = &src[src
+            .find("// ---------------------------------------------------------------- checking")
+            .unwrap()..src.find("#[cfg(test)]").unwrap()];
+        for (name, _) in INVARIANTS {
+            assert!(code.contains(&format!("\"{name}\"")), "{name} is never reported");
+        }
+    }
+
+    #[test]
+    fn an_order_paid_and_closed_in_its_history_is_two_final_transitions() {
+        let (mut r, scope) = clean();
+        order(&mut r, "paid")["history"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"at": T2, "from": "PENDING_PAYMENT", "to": "CLOSED", "cause": "a second closer"}));
+        assert_eq!(broken(&r, &scope), ["final_transitions"]);
+    }
+
+    #[test]
+    fn an_order_left_open_or_closing_is_not_final_and_past_the_bound() {
+        let (mut r, scope) = clean();
+        order(&mut r, "never")["status"] = json!("CLOSING");
+        order(&mut r, "never")["history"] = json!([{"at": T0, "to": "PENDING_PAYMENT", "cause": "created"}]);
+        assert_eq!(broken(&r, &scope), ["not_final", "open_past_bound"]);
+        let mut wide = scope.clone();
+        wide.open_bound = Duration::from_secs(3600);
+        assert_eq!(broken(&r, &wide), ["not_final"]);
+    }
+
+    #[test]
+    fn a_released_reservation_on_a_paid_order_is_caught_with_the_stock_it_broke() {
+        let (mut r, scope) = clean();
+        r.orders.get_mut("paid").unwrap().reservations[0]["status"] = json!("RELEASED");
+        r.stocks.insert("A".into(), Some(json!({"available": 10, "reserved": 0, "sold": 0})));
+        assert_eq!(broken(&r, &scope), ["released_on_paid"]);
+        // The stock row still counting it sold no longer matches the orders.
+        r.stocks.insert("A".into(), Some(json!({"available": 8, "reserved": 0, "sold": 2})));
+        assert_eq!(broken(&r, &scope), ["released_on_paid", "stock_conservation"]);
+    }
+
+    #[test]
+    fn a_closed_order_with_a_confirmed_reservation_or_used_coupon_is_caught() {
+        let (mut r, scope) = clean();
+        r.orders.get_mut("never").unwrap().coupon_lock.as_mut().unwrap()["status"] = json!("USED");
+        let b = broken(&r, &scope);
+        assert!(b.contains(&"confirmed_on_closed") && b.contains(&"coupon_conservation"), "{b:?}");
+    }
+
+    #[test]
+    fn effects_still_pending_are_caught() {
+        let (mut r, scope) = clean();
+        r.orders.get_mut("never").unwrap().reservations[0]["status"] = json!("RESERVED");
+        r.stocks.insert("B".into(), Some(json!({"available": 4, "reserved": 1, "sold": 0})));
+        assert_eq!(broken(&r, &scope), ["effects_pending"]);
+        let (mut r, scope) = clean();
+        order(&mut r, "late")["due_shard"] = json!("FX#3");
+        assert_eq!(broken(&r, &scope), ["effects_pending"]);
+    }
+
+    #[test]
+    fn stock_that_does_not_add_up_is_caught() {
+        let (mut r, scope) = clean();
+        r.stocks.insert("B".into(), Some(json!({"available": 6, "reserved": 0, "sold": 0})));
+        assert_eq!(broken(&r, &scope), ["stock_conservation"]);
+        r.stocks.insert("B".into(), Some(json!({"available": -1, "reserved": 6, "sold": 0})));
+        assert_eq!(broken(&r, &scope), ["stock_conservation", "stock_record"]);
+        r.stocks.insert("B".into(), None);
+        assert_eq!(broken(&r, &scope), ["stock_record"]);
+    }
+
+    #[test]
+    fn a_coupon_used_by_nobody_or_left_locked_is_caught() {
+        let (mut r, scope) = clean();
+        r.coupons.insert("c2".into(), Some(json!({"state": "USED"})));
+        assert_eq!(broken(&r, &scope), ["coupon_conservation"]);
+        // Two paid orders both holding c1 USED.
+        let (mut r2, scope2) = clean();
+        r2.orders.get_mut("late").unwrap().coupon_lock = Some(json!({"coupon_id": "c1", "status": "USED"}));
+        assert!(broken(&r2, &scope2).contains(&"coupon_conservation"));
+        r.coupons.insert("c2".into(), Some(json!({"state": "LOCKED", "locked_by": "never"})));
+        assert_eq!(broken(&r, &scope), ["coupon_left_locked"]);
+    }
+
+    #[test]
+    fn a_late_success_without_its_refund_breaks_the_funds_identity() {
+        let (mut r, scope) = clean();
+        r.orders.get_mut("late").unwrap().refunds[0]["status"] = json!("REFUND_FAILED");
+        r.ledger[1]["refunded_amount"] = json!(0);
+        assert_eq!(broken(&r, &scope), ["funds_identity", "refund_unsettled", "success_unaccounted"]);
+    }
+
+    #[test]
+    fn a_refund_of_the_paying_payment_is_caught() {
+        let (mut r, scope) = clean();
+        r.orders
+            .get_mut("paid")
+            .unwrap()
+            .refunds
+            .push(json!({"payment_id": "p1", "status": "REFUNDED", "amount": 2000}));
+        r.ledger[0]["refunded_amount"] = json!(2000);
+        assert_eq!(broken(&r, &scope), ["funds_identity", "success_unaccounted"]);
+    }
+
+    #[test]
+    fn a_paid_order_the_channel_never_saw_paid_is_caught() {
+        let (mut r, scope) = clean();
+        r.ledger[0]["status"] = json!("FAILED");
+        assert_eq!(broken(&r, &scope), ["funds_identity", "paid_without_success"]);
+        let (mut r, scope) = clean();
+        r.ledger[0]["amount"] = json!(1);
+        assert_eq!(broken(&r, &scope), ["funds_identity", "paid_without_success"]);
+    }
+
+    #[test]
+    fn a_channel_payment_the_order_does_not_know_is_caught() {
+        let (mut r, scope) = clean();
+        r.ledger.push(
+            json!({"payment_id": "px", "order_id": "never", "status": "SUCCEEDED", "amount": 500, "currency": "EUR"}),
+        );
+        assert_eq!(broken(&r, &scope), ["funds_identity", "ledger_unknown_order", "success_unaccounted"]);
+    }
+
+    #[test]
+    fn an_accepted_order_that_is_not_there_is_caught() {
+        let (mut r, scope) = clean();
+        r.orders.remove("never");
+        assert_eq!(broken(&r, &scope), ["order_missing"]);
+        let (mut r, scope) = clean();
+        r.orders.get_mut("never").unwrap().order = None;
+        assert_eq!(broken(&r, &scope), ["order_missing"]);
+    }
+
+    #[test]
+    fn an_unreadable_expiry_is_reported_not_skipped() {
+        let (mut r, scope) = clean();
+        order(&mut r, "never")["expire_at"] = json!("tomorrow");
+        assert_eq!(broken(&r, &scope), ["record_undecodable"]);
+    }
 }
