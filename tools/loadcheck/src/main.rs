@@ -29,7 +29,8 @@ use std::path::PathBuf;
 /// Needs the stack up (`infra/local.sh up`) and its outputs in
 /// `.local/stack.env`. Every buyer, SKU and coupon carries the run id, so
 /// runs and the end-to-end tests never mix. Exits 0 when every invariant
-/// holds, 1 on a violation (printed), 2 when the run could not be made.
+/// holds, 1 on a violation (printed), 2 when the run could not be made
+/// (or over 1% of the orders could not make every step of their scenario).
 #[derive(Parser, Debug, Clone)]
 #[command(name = "loadcheck", version)]
 pub struct Args {
