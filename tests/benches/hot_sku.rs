@@ -1,0 +1,154 @@
+//! BENCHMARKS.md 3e: how many orders per second one SKU accepts before
+//! transaction conflicts dominate, measured on DynamoDB Local through the
+//! real `CreateOrder` use case and the production store adapter.
+//!
+//! Every accepted order decrements its SKU's stock item inside the create
+//! transaction, so all creators of one SKU write the same item. The store
+//! retries a transaction cancelled by a conflict (jittered backoff, at most
+//! `MAX_CONFLICT_RETRIES` times) without telling the caller, so the
+//! conflicts are counted from the outside: the SDK client carries
+//! `system_tests::capacity::Meter`, which records every call and whether it
+//! failed; a failed `TransactWriteItems` here is a cancelled transaction
+//! (stock is ample and every key is new, so no condition can fail).
+//!
+//! Each level runs `concurrency` creators for `HOT_SKU_SECONDS` (default 4)
+//! on one SKU, then the same creators spread over `SPREAD_SKUS` SKUs.
+//!
+//! `DYNAMODB_LOCAL_ENDPOINT=http://127.0.0.1:8003 cargo bench -p system_tests --profile dev --bench hot_sku`
+
+use order_core::aws::dynamo::DynamoStore;
+use order_core::domain::{Sku, UserId};
+use order_core::ports::{RandomIds, SystemClock};
+use order_core::store::OrderStore;
+use order_core::usecases::create_order::CreateOrder;
+use serde_json::json;
+use std::time::{Duration, Instant};
+use system_tests::capacity::{metered_client, Meter};
+use system_tests::fixtures::eur;
+use system_tests::{fresh_table, unique};
+
+const LEVELS: [usize; 6] = [1, 2, 4, 8, 16, 32];
+const SPREAD_SKUS: usize = 32;
+const STOCK_PER_SKU: i64 = 10_000_000;
+
+/// What one level measured.
+#[derive(Default)]
+struct Level {
+    accepted: usize,
+    /// Creates that failed (the store ran out of conflict retries: a 503).
+    refused: usize,
+    latencies_ms: Vec<f64>,
+    transactions: usize,
+    cancelled: usize,
+    seconds: f64,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// `concurrency` creators, each creating one-line orders back to back for
+/// `duration`; creator `i`'s `n`-th order is for `skus[(i + n) % len]`.
+async fn run_level(store: &DynamoStore, meter: &Meter, skus: &[String], concurrency: usize, duration: Duration) -> Level {
+    meter.take();
+    let start = Instant::now();
+    let deadline = start + duration;
+    let creators = (0..concurrency).map(|i| {
+        let store = store.clone();
+        let skus = skus.to_vec();
+        tokio::spawn(async move {
+            let uc = CreateOrder {
+                store,
+                clock: Box::new(SystemClock),
+                ids: Box::new(RandomIds),
+                window: Duration::from_secs(900),
+                expiry_rule_version: "bench".into(),
+            };
+            let buyer = UserId::parse(format!("buyer-{i}")).unwrap();
+            let (mut ok, mut failed, mut lat) = (0usize, 0usize, Vec::new());
+            let mut n = 0;
+            while Instant::now() < deadline {
+                let sku = &skus[(i + n) % skus.len()];
+                n += 1;
+                let body = json!({"currency": "EUR", "items": [{"sku": sku, "qty": 1}]}).to_string();
+                let t = Instant::now();
+                match uc.execute(&buyer, Some(&unique("k")), body.as_bytes()).await {
+                    Ok(_) => {
+                        ok += 1;
+                        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+                    }
+                    Err(_) => failed += 1,
+                }
+            }
+            (ok, failed, lat)
+        })
+    });
+    let mut level = Level::default();
+    for c in futures::future::join_all(creators).await {
+        let (ok, failed, lat) = c.expect("creator task");
+        level.accepted += ok;
+        level.refused += failed;
+        level.latencies_ms.extend(lat);
+    }
+    level.seconds = start.elapsed().as_secs_f64();
+    for call in meter.take().iter().filter(|c| c.operation == "TransactWriteItems") {
+        level.transactions += 1;
+        level.cancelled += usize::from(!call.ok);
+    }
+    level.latencies_ms.sort_by(|a, b| a.total_cmp(b));
+    level
+}
+
+async fn table(meter: &Meter, skus: &[String]) -> (DynamoStore, aws_sdk_dynamodb::Client) {
+    let client = metered_client(meter).await;
+    let store = fresh_table(&client).await;
+    for sku in skus {
+        store.seed_stock(&Sku::parse(sku).unwrap(), STOCK_PER_SKU, &eur(100)).await.unwrap();
+    }
+    (store, client)
+}
+
+fn print_row(skus: usize, concurrency: usize, l: &Level) {
+    println!(
+        "| {skus} | {concurrency} | {:.0} | {} | {} ({:.0} %) | {:.2} | {} | {:.1} | {:.1} |",
+        l.accepted as f64 / l.seconds,
+        l.transactions,
+        l.cancelled,
+        100.0 * l.cancelled as f64 / l.transactions.max(1) as f64,
+        l.cancelled as f64 / l.accepted.max(1) as f64,
+        l.refused,
+        percentile(&l.latencies_ms, 50.0),
+        percentile(&l.latencies_ms, 99.0),
+    );
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let seconds: u64 = std::env::var("HOT_SKU_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(4);
+    let duration = Duration::from_secs(seconds);
+    let meter = Meter::default();
+    let hot = vec!["HOT".to_owned()];
+    let spread: Vec<String> = (0..SPREAD_SKUS).map(|i| format!("S{i:02}")).collect();
+    let (hot_store, client) = table(&meter, &hot).await;
+    let (spread_store, _) = table(&meter, &spread).await;
+    // One untimed order per table first: the first calls pay for the
+    // client's connections and DynamoDB Local's warm-up.
+    run_level(&hot_store, &meter, &hot, 1, Duration::from_millis(500)).await;
+    run_level(&spread_store, &meter, &spread, 1, Duration::from_millis(500)).await;
+    println!("{seconds} s per level; `CreateOrder` end to end (catalog read + create transaction, retries included)");
+    println!("| SKUs | creators | accepted orders/s | TransactWriteItems | cancelled (share) | cancelled per accepted | failed creates | P50 ms | P99 ms |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for c in LEVELS {
+        print_row(1, c, &run_level(&hot_store, &meter, &hot, c, duration).await);
+    }
+    for c in LEVELS {
+        print_row(SPREAD_SKUS, c, &run_level(&spread_store, &meter, &spread, c, duration).await);
+    }
+    for t in [hot_store.table(), spread_store.table()] {
+        client.delete_table().table_name(t).send().await.expect("delete the benchmark's table");
+    }
+}
