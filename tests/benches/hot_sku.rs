@@ -7,12 +7,15 @@
 //! retries a transaction cancelled by a conflict (jittered backoff, at most
 //! `MAX_CONFLICT_RETRIES` times) without telling the caller, so the
 //! conflicts are counted from the outside: the SDK client carries
-//! `system_tests::capacity::Meter`, which records every call and whether it
-//! failed; a failed `TransactWriteItems` here is a cancelled transaction
-//! (stock is ample and every key is new, so no condition can fail).
+//! `system_tests::capacity::Meter`, which records every call attempt and,
+//! for a failed one, why (a cancelled transaction with its reason codes,
+//! such as `TransactionConflict`; a timeout).
 //!
 //! Each level runs `concurrency` creators for `HOT_SKU_SECONDS` (default 4)
-//! on one SKU, then the same creators spread over `SPREAD_SKUS` SKUs.
+//! on one SKU, then the same creators spread over `SPREAD_SKUS` SKUs (each
+//! creator takes the SKUs in turn from its own starting point). The meter's
+//! per-call item count assumes one call at a time and is not used here;
+//! its per-call operation and outcome are exact under concurrency.
 //!
 //! `DYNAMODB_LOCAL_ENDPOINT=http://127.0.0.1:8003 cargo bench -p system_tests --profile dev --bench hot_sku`
 
@@ -22,6 +25,7 @@ use order_core::ports::{RandomIds, SystemClock};
 use order_core::store::OrderStore;
 use order_core::usecases::create_order::CreateOrder;
 use serde_json::json;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use system_tests::capacity::{metered_client, Meter};
 use system_tests::fixtures::eur;
@@ -39,7 +43,12 @@ struct Level {
     refused: usize,
     latencies_ms: Vec<f64>,
     transactions: usize,
-    cancelled: usize,
+    /// Transactions cancelled because another one held an item.
+    conflicts: usize,
+    /// Every failed transaction attempt by cause (conflicts included).
+    failures: BTreeMap<String, usize>,
+    /// Every DynamoDB call the creates made (catalog reads included).
+    calls: usize,
     seconds: f64,
 }
 
@@ -53,7 +62,13 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// `concurrency` creators, each creating one-line orders back to back for
 /// `duration`; creator `i`'s `n`-th order is for `skus[(i + n) % len]`.
-async fn run_level(store: &DynamoStore, meter: &Meter, skus: &[String], concurrency: usize, duration: Duration) -> Level {
+async fn run_level(
+    store: &DynamoStore,
+    meter: &Meter,
+    skus: &[String],
+    concurrency: usize,
+    duration: Duration,
+) -> Level {
     meter.take();
     let start = Instant::now();
     let deadline = start + duration;
@@ -95,9 +110,14 @@ async fn run_level(store: &DynamoStore, meter: &Meter, skus: &[String], concurre
         level.latencies_ms.extend(lat);
     }
     level.seconds = start.elapsed().as_secs_f64();
-    for call in meter.take().iter().filter(|c| c.operation == "TransactWriteItems") {
+    let calls = meter.take();
+    level.calls = calls.len();
+    for call in calls.iter().filter(|c| c.operation == "TransactWriteItems") {
         level.transactions += 1;
-        level.cancelled += usize::from(!call.ok);
+        if let Some(why) = &call.error {
+            *level.failures.entry(why.clone()).or_default() += 1;
+            level.conflicts += usize::from(why.contains("TransactionConflict"));
+        }
     }
     level.latencies_ms.sort_by(|a, b| a.total_cmp(b));
     level
@@ -113,17 +133,32 @@ async fn table(meter: &Meter, skus: &[String]) -> (DynamoStore, aws_sdk_dynamodb
 }
 
 fn print_row(skus: usize, concurrency: usize, l: &Level) {
+    let other: Vec<String> = l
+        .failures
+        .iter()
+        .filter(|(k, _)| !k.contains("TransactionConflict"))
+        .map(|(k, n)| format!("{k} × {n}"))
+        .collect();
     println!(
-        "| {skus} | {concurrency} | {:.0} | {} | {} ({:.0} %) | {:.2} | {} | {:.1} | {:.1} |",
+        "| {skus} | {concurrency} | {:.0} | {:.2} | {} | {} ({:.0} %) | {:.2} | {} | {} | {:.1} | {:.1} |",
         l.accepted as f64 / l.seconds,
+        l.calls as f64 / l.accepted.max(1) as f64,
         l.transactions,
-        l.cancelled,
-        100.0 * l.cancelled as f64 / l.transactions.max(1) as f64,
-        l.cancelled as f64 / l.accepted.max(1) as f64,
+        l.conflicts,
+        100.0 * l.conflicts as f64 / l.transactions.max(1) as f64,
+        l.conflicts as f64 / l.accepted.max(1) as f64,
+        if other.is_empty() { "–".to_owned() } else { other.join(", ") },
         l.refused,
         percentile(&l.latencies_ms, 50.0),
         percentile(&l.latencies_ms, 99.0),
     );
+}
+
+/// The machine's load average (Linux), printed beside the figures: on a
+/// shared machine it says how much of the latency is other work.
+fn load_average() -> String {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -135,18 +170,31 @@ async fn main() {
     let spread: Vec<String> = (0..SPREAD_SKUS).map(|i| format!("S{i:02}")).collect();
     let (hot_store, client) = table(&meter, &hot).await;
     let (spread_store, _) = table(&meter, &spread).await;
-    // One untimed order per table first: the first calls pay for the
-    // client's connections and DynamoDB Local's warm-up.
-    run_level(&hot_store, &meter, &hot, 1, Duration::from_millis(500)).await;
-    run_level(&spread_store, &meter, &spread, 1, Duration::from_millis(500)).await;
-    println!("{seconds} s per level; `CreateOrder` end to end (catalog read + create transaction, retries included)");
-    println!("| SKUs | creators | accepted orders/s | TransactWriteItems | cancelled (share) | cancelled per accepted | failed creates | P50 ms | P99 ms |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    // Untimed runs first: the first calls pay for the client's
+    // connections and DynamoDB Local's JIT warm-up.
+    run_level(&hot_store, &meter, &hot, 4, Duration::from_secs(2)).await;
+    run_level(&spread_store, &meter, &spread, 4, Duration::from_secs(2)).await;
+    // Each concurrency level runs on one SKU and then on the spread, back
+    // to back, so both see the same machine (a shared one is noisy).
+    let load_before = load_average();
+    let mut rows = Vec::new();
     for c in LEVELS {
-        print_row(1, c, &run_level(&hot_store, &meter, &hot, c, duration).await);
+        let one = run_level(&hot_store, &meter, &hot, c, duration).await;
+        let many = run_level(&spread_store, &meter, &spread, c, duration).await;
+        rows.push((c, one, many));
     }
-    for c in LEVELS {
-        print_row(SPREAD_SKUS, c, &run_level(&spread_store, &meter, &spread, c, duration).await);
+    println!("{seconds} s per level; `CreateOrder` end to end (catalog read + create transaction, retries included)");
+    println!("machine load average (1/5/15 min) before: {load_before}, after: {}", load_average());
+    println!(
+        "| SKUs | creators | accepted orders/s | DynamoDB calls per order | TransactWriteItems | conflicts (share) \
+         | conflicts per accepted | other failed attempts | failed creates | P50 ms | P99 ms |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|");
+    for (c, one, _) in &rows {
+        print_row(1, *c, one);
+    }
+    for (c, _, many) in &rows {
+        print_row(SPREAD_SKUS, *c, many);
     }
     for t in [hot_store.table(), spread_store.table()] {
         client.delete_table().table_name(t).send().await.expect("delete the benchmark's table");

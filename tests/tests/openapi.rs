@@ -144,7 +144,10 @@ fn a_route_on_one_side_only_or_with_another_auth_is_reported() {
     let documented = documented_routes(&doc, "dev");
     let mut deployed = documented.clone();
     deployed.insert(("DELETE".into(), "/orders/{order_id}".into(), "JWT".into()));
-    assert_eq!(route_differences(&deployed, &documented), ["deployed, not documented: DELETE /orders/{order_id} (JWT)"]);
+    assert_eq!(
+        route_differences(&deployed, &documented),
+        ["deployed, not documented: DELETE /orders/{order_id} (JWT)"]
+    );
     let mut fewer = doc.clone();
     fewer["paths"].as_object_mut().unwrap().remove("/admin/skus/{sku}");
     assert_eq!(route_differences(&documented, &documented_routes(&fewer, "dev")).len(), 2, "PUT and GET of the SKU");
@@ -329,8 +332,7 @@ impl Scenario {
         }
         let body = example.map(|name| {
             let content = json_content(&doc, &op["requestBody"]).unwrap_or_else(|| panic!("{id} takes no body"));
-            let mut v =
-                content["examples"][name]["value"].clone();
+            let mut v = content["examples"][name]["value"].clone();
             assert!(!v.is_null(), "{id} has no request example {name}");
             replace_strings(&mut v, &self.ids);
             self.sent.insert((id.to_owned(), name.to_owned()));
@@ -361,7 +363,11 @@ impl Scenario {
         let response = resolve(&doc, &op["responses"][&expected]);
         let schema = &json_content(&doc, response).unwrap_or_else(|| panic!("{id} {expected} has no JSON"))["schema"];
         let errors = schema_errors(&doc, schema, &reply.body);
-        assert!(errors.is_empty(), "{what}: the answer does not match the documented schema: {errors:?}\n{}", reply.body);
+        assert!(
+            errors.is_empty(),
+            "{what}: the answer does not match the documented schema: {errors:?}\n{}",
+            reply.body
+        );
         reply
     }
 }
