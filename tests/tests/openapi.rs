@@ -430,23 +430,26 @@ async fn e2e_every_request_example_gets_its_documented_answer() {
     s.send("adminPutCoupon", Some("issue")).await;
     s.send("adminGetCoupon", None).await;
 
-    // Two orders; the refusals write nothing.
-    let a = s.send("createOrder", Some("one_line")).await.body["order_id"].as_str().unwrap().to_owned();
-    let b = s.send("createOrder", Some("with_coupon")).await.body["order_id"].as_str().unwrap().to_owned();
+    // The refusals write nothing.
     s.send("createOrder", Some("stale_price")).await;
     s.send("createOrder", Some("bad_quantity")).await;
 
+    // Each order is paid right after it is created: the test stack's
+    // payment window is 20 s, and a loaded machine must not turn a step
+    // into `order_expired`.
     // A: paid through the sandbox, which notifies the webhook itself.
+    let a = s.send("createOrder", Some("one_line")).await.body["order_id"].as_str().unwrap().to_owned();
     s.bind(DOC_ORDER, &a);
     s.send("getOrder", None).await;
     let pa = s.send("startPayment", Some("sandbox")).await.body["payment_id"].as_str().unwrap().to_owned();
-    s.send("startPayment", Some("unknown_channel")).await;
     s.bind(DOC_PAYMENT, &pa);
     let settled = s.send("sandboxSettle", Some("succeed_and_notify")).await;
     assert_eq!(settled.body["webhook_response"], json!({"result": "paid"}), "{settled:?}");
+    s.send("startPayment", Some("unknown_channel")).await; // the channel is checked before the order
     s.send("adminGetOrder", None).await;
 
     // B: paid by a notification as the provider sends it.
+    let b = s.send("createOrder", Some("with_coupon")).await.body["order_id"].as_str().unwrap().to_owned();
     s.bind(DOC_ORDER, &b);
     let pb = s.send("startPayment", Some("sandbox")).await.body["payment_id"].as_str().unwrap().to_owned();
     s.bind(DOC_PAYMENT, &pb);
