@@ -172,8 +172,8 @@ async fn main() {
     let (spread_store, _) = table(&meter, &spread).await;
     // Untimed runs first: the first calls pay for the client's
     // connections and DynamoDB Local's JIT warm-up.
-    run_level(&hot_store, &meter, &hot, 4, Duration::from_secs(2)).await;
-    run_level(&spread_store, &meter, &spread, 4, Duration::from_secs(2)).await;
+    let warm_hot = run_level(&hot_store, &meter, &hot, 4, Duration::from_secs(2)).await.accepted;
+    let warm_spread = run_level(&spread_store, &meter, &spread, 4, Duration::from_secs(2)).await.accepted;
     // Each concurrency level runs on one SKU and then on the spread, back
     // to back, so both see the same machine (a shared one is noisy).
     let load_before = load_average();
@@ -182,6 +182,22 @@ async fn main() {
         let one = run_level(&hot_store, &meter, &hot, c, duration).await;
         let many = run_level(&spread_store, &meter, &spread, c, duration).await;
         rows.push((c, one, many));
+    }
+    // Whatever the contention, each accepted order reserved exactly its
+    // unit: no stock lost or counted twice.
+    let accepted_hot = warm_hot + rows.iter().map(|(_, one, _)| one.accepted).sum::<usize>();
+    let accepted_spread = warm_spread + rows.iter().map(|(_, _, many)| many.accepted).sum::<usize>();
+    for (store, skus, accepted) in [(&hot_store, &hot, accepted_hot), (&spread_store, &spread, accepted_spread)] {
+        let ids: Vec<Sku> = skus.iter().map(|s| Sku::parse(s).unwrap()).collect();
+        let stocks = store.stocks(&ids).await.unwrap();
+        let reserved: i64 = stocks.iter().map(|s| s.reserved).sum();
+        let available: i64 = stocks.iter().map(|s| s.available).sum();
+        let seeded = STOCK_PER_SKU * skus.len() as i64;
+        assert_eq!((reserved as usize, reserved + available), (accepted, seeded), "stock of {skus:?}");
+        println!(
+            "{} SKU(s): {accepted} orders accepted, {reserved} units reserved, {available} available of {seeded}",
+            skus.len()
+        );
     }
     println!("{seconds} s per level; `CreateOrder` end to end (catalog read + create transaction, retries included)");
     println!("machine load average (1/5/15 min) before: {load_before}, after: {}", load_average());
