@@ -6,6 +6,8 @@
 //!   the sandbox route, `x-dev-only`, only in dev). Needs `.venv`.
 //! - The examples, offline: each request example validates against its
 //!   request schema, each response example against its response's schema.
+//! - The error codes: the description names every code the functions can
+//!   answer (read from `shared/src`), and none they cannot.
 //! - The examples, on the deployed local stack (`e2e_…`): each request
 //!   example is sent (with real ids in place of the example ones) and gets
 //!   the status of the response example of the same name (200/201 when the
@@ -261,6 +263,72 @@ fn a_response_that_breaks_its_schema_is_caught() {
     let schema = &json_content(&doc, &conflict).unwrap()["schema"];
     assert!(schema_errors(&doc, schema, &json!({"error": {"code": "out_of_stock", "message": "m"}})).is_empty());
     assert!(!schema_errors(&doc, schema, &json!({"error": {"code": "stock_exists", "message": "m"}})).is_empty());
+}
+
+/// Every error code the functions can answer, read from the code: the
+/// codes handed to `ApiError::{conflict, unauthorized, unprocessable}`
+/// anywhere in `shared/src`, and those `error.rs` fixes itself.
+fn codes_in_source() -> BTreeSet<String> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<(PathBuf, String)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push((path.clone(), std::fs::read_to_string(&path).unwrap()));
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&repo().join("shared/src"), &mut files);
+    let mut codes = BTreeSet::new();
+    for (path, text) in files {
+        let mut openers = vec!["conflict(", "unauthorized(", "unprocessable("];
+        if path.ends_with("error.rs") {
+            openers.extend(["code: ", "=> "]);
+        }
+        for opener in openers {
+            for (at, _) in text.match_indices(opener) {
+                let rest = text[at + opener.len()..].trim_start();
+                let Some(quoted) = rest.strip_prefix('"') else { continue };
+                let code = &quoted[..quoted.find('"').unwrap()];
+                if !code.is_empty() && code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+                    codes.insert(code.to_owned());
+                }
+            }
+        }
+    }
+    codes
+}
+
+/// Every error code the description names (`code` with `const` or `enum`).
+fn codes_in_description(v: &Value, out: &mut BTreeSet<String>) {
+    match v {
+        Value::Object(o) => {
+            if let Some(code) = o.get("code") {
+                let named = code.get("enum").and_then(Value::as_array).cloned().unwrap_or_default();
+                out.extend(named.iter().chain(code.get("const")).filter_map(Value::as_str).map(str::to_owned));
+            }
+            o.values().for_each(|x| codes_in_description(x, out));
+        }
+        Value::Array(a) => a.iter().for_each(|x| codes_in_description(x, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn the_description_names_every_error_code_the_code_answers_and_no_other() {
+    let in_source = codes_in_source();
+    assert!(in_source.len() >= 20 && in_source.contains("out_of_stock"), "the scan found only {in_source:?}");
+    let mut documented = BTreeSet::new();
+    codes_in_description(&description(), &mut documented);
+    let undocumented: Vec<_> = in_source.difference(&documented).collect();
+    let stale: Vec<_> = documented.difference(&in_source).collect();
+    assert!(
+        undocumented.is_empty(),
+        "error codes the functions answer but docs/openapi.yaml does not name: {undocumented:?}"
+    );
+    assert!(stale.is_empty(), "error codes docs/openapi.yaml names but no function answers: {stale:?}");
 }
 
 // ------------------------------------------------------- on the stack
