@@ -11,7 +11,7 @@
 //! for a failed one, why (a cancelled transaction with its reason codes,
 //! such as `TransactionConflict`; a timeout).
 //!
-//! Each level runs `concurrency` creators for `HOT_SKU_SECONDS` (default 4)
+//! Each level runs `concurrency` creators for `HOT_SKU_SECONDS` (default 5)
 //! on one SKU, then the same creators spread over `SPREAD_SKUS` SKUs (each
 //! creator takes the SKUs in turn from its own starting point). The meter's
 //! per-call item count assumes one call at a time and is not used here;
@@ -39,7 +39,8 @@ const STOCK_PER_SKU: i64 = 10_000_000;
 #[derive(Default)]
 struct Level {
     accepted: usize,
-    /// Creates that failed (the store ran out of conflict retries: a 503).
+    /// Creates that failed (the store ran out of retries, or DynamoDB
+    /// failed: a 500 the buyer may retry).
     refused: usize,
     latencies_ms: Vec<f64>,
     transactions: usize,
@@ -163,7 +164,7 @@ fn load_average() -> String {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    let seconds: u64 = std::env::var("HOT_SKU_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(4);
+    let seconds: u64 = std::env::var("HOT_SKU_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
     let duration = Duration::from_secs(seconds);
     let meter = Meter::default();
     let hot = vec!["HOT".to_owned()];
