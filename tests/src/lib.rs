@@ -716,11 +716,12 @@ pub mod capacity {
     };
     use aws_sdk_dynamodb::types::{ConsumedCapacity, ReturnConsumedCapacity};
     use aws_smithy_runtime_api::box_error::BoxError;
+    use aws_smithy_runtime_api::client::interceptors::context::Error as InterceptorError;
     use aws_smithy_runtime_api::client::interceptors::context::{
         AfterDeserializationInterceptorContextRef, BeforeSerializationInterceptorContextMut,
     };
     use aws_smithy_runtime_api::client::interceptors::Intercept;
-    use aws_smithy_runtime_api::client::orchestrator::Metadata;
+    use aws_smithy_runtime_api::client::orchestrator::{Metadata, OrchestratorError};
     use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
     use std::sync::{Arc, Mutex};
 
@@ -743,6 +744,11 @@ pub mod capacity {
         pub units: Vec<Units>,
         /// For `TransactWriteItems`: how many items it wrote or checked.
         pub transact_items: Option<usize>,
+        /// Why the call failed: for a cancelled transaction
+        /// `TransactionCanceled[<reason codes>]` (e.g. `TransactionConflict`),
+        /// for another service error its code, else `timeout`, `connector`
+        /// or `other`.
+        pub error: Option<String>,
     }
 
     impl Call {
@@ -814,6 +820,28 @@ pub mod capacity {
         };
     }
 
+    /// What [`Call::error`] says about a failed attempt.
+    fn failure(e: &OrchestratorError<InterceptorError>) -> String {
+        use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+        use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+        if e.is_timeout_error() {
+            return "timeout".into();
+        }
+        if e.is_connector_error() {
+            return "connector".into();
+        }
+        let Some(op) = e.as_operation_error() else { return "other".into() };
+        match op.downcast_ref::<TransactWriteItemsError>() {
+            Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
+                let codes: Vec<&str> =
+                    c.cancellation_reasons().iter().filter_map(|r| r.code()).filter(|c| *c != "None").collect();
+                format!("TransactionCanceled[{}]", codes.join(","))
+            }
+            Some(other) => other.code().unwrap_or("other").to_owned(),
+            None => "other".into(),
+        }
+    }
+
     impl Intercept for Meter {
         fn name(&self) -> &'static str {
             "ConsumedCapacityMeter"
@@ -853,8 +881,12 @@ pub mod capacity {
         ) -> Result<(), BoxError> {
             let operation = cfg.load::<Metadata>().map(|m| m.name().to_owned()).unwrap_or_else(|| "?".into());
             let mut units = Vec::new();
+            let mut error = None;
             let ok = match context.output_or_error() {
-                Err(_) => false,
+                Err(e) => {
+                    error = Some(failure(e));
+                    false
+                }
                 Ok(out) => {
                     let one = |c: Option<&ConsumedCapacity>, w: bool, units: &mut Vec<Units>| {
                         if let Some(c) = c {
@@ -886,7 +918,7 @@ pub mod capacity {
                 }
             };
             let transact_items = if operation == "TransactWriteItems" { self.1.lock().unwrap().take() } else { None };
-            self.0.lock().unwrap().push(Call { operation, ok, units, transact_items });
+            self.0.lock().unwrap().push(Call { operation, ok, units, transact_items, error });
             Ok(())
         }
     }
