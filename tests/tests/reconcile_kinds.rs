@@ -212,7 +212,10 @@ async fn an_undecodable_row_is_reported_by_its_key_and_the_run_goes_on() {
         .await
         .unwrap();
     w.clock.set(o.expire_at.plus(Bounds::default().open_past_expiry).plus(Duration::from_secs(1)).unix_millis());
-    let report = run_reconcile(&w.store, None, &Bounds::default(), &w.clock).await.expect("the run does not fail");
+    let report =
+        run_reconcile(&w.store, None::<&order_core::aws::sandbox::SandboxChannel>, &Bounds::default(), &w.clock)
+            .await
+            .expect("the run does not fail");
     assert_eq!(report["counts"]["undecodable_record"], 2, "{report:#}");
     let keys: Vec<&str> = report["discrepancies"]
         .as_array()
