@@ -382,6 +382,10 @@ pub trait DueIndex: Send + Sync {
     /// The shard names the sweep must cover (open and effects, every shard
     /// any live entry may have been written under).
     fn shards(&self) -> Vec<String>;
+    /// Whether `shard` (one of [`Self::shards`]) holds open orders, whose
+    /// due time the sweep gives a grace, rather than pending effects, whose
+    /// due time already includes theirs.
+    fn is_open_shard(&self, shard: &str) -> bool;
     /// Entries of `shard` with `due_at <= cutoff`, oldest first, at most
     /// `limit`, continuing after `start`.
     async fn due_page(
