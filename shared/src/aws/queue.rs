@@ -148,18 +148,6 @@ impl DeadLetters for SqsDeadLetters {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn delays_round_up_and_cap_at_fifteen_minutes() {
-        assert_eq!(delay_seconds(Duration::from_millis(1)), 1);
-        assert_eq!(delay_seconds(Duration::from_millis(2000)), 2);
-        assert_eq!(delay_seconds(Duration::from_secs(3600)), 900);
-    }
-}
-
 /// The refund queue as the refund worker uses it: a failed try's message
 /// comes back after the backoff (its visibility is extended), a refund out
 /// of tries goes to the dead-letter queue.
@@ -198,5 +186,17 @@ impl RefundRetries for SqsRefundRetries {
             .await
             .map_err(|e| Unavailable::new("sqs send_message", e))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_round_up_and_cap_at_fifteen_minutes() {
+        assert_eq!(delay_seconds(Duration::from_millis(1)), 1);
+        assert_eq!(delay_seconds(Duration::from_millis(2000)), 2);
+        assert_eq!(delay_seconds(Duration::from_secs(3600)), 900);
     }
 }

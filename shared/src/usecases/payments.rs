@@ -105,7 +105,7 @@ where
         let canonical = serde_json::to_vec(&CanonicalPaymentRequest { channel: channel_name }).expect("serialisable");
         let claim = PaymentClaim { key, request_hash: hex::encode(Sha256::digest(canonical)) };
         let not_found = || UseCaseError::not_found(format!("order {order_id}"));
-        let mut record = self.store.order_record(&order_id).await?.ok_or_else(not_found)?;
+        let mut record = self.store.order_record(order_id).await?.ok_or_else(not_found)?;
         // Another buyer's order is answered as missing, before anything is
         // written or the channel is asked.
         if record.order.user_id != *buyer {
@@ -140,7 +140,7 @@ where
             match self.supersede(channel, &record).await? {
                 Supersede::Done => {}
                 Supersede::FoundPaid | Supersede::Moved => {
-                    record = self.store.order_record(&order_id).await?.ok_or_else(not_found)?;
+                    record = self.store.order_record(order_id).await?.ok_or_else(not_found)?;
                     continue;
                 }
                 Supersede::Blocked(why) => return Err(order_busy(why)),
@@ -171,7 +171,7 @@ where
                 // The order changed (another attempt, a close): decide again
                 // on the order as it is now, with its attempts.
                 AttemptResult::NotPayable(_) => {
-                    record = self.store.order_record(&order_id).await?.ok_or_else(not_found)?;
+                    record = self.store.order_record(order_id).await?.ok_or_else(not_found)?;
                 }
             }
         }

@@ -38,11 +38,7 @@ impl Stack {
             let id = outputs.get("AWS_ACCESS_KEY_ID").cloned().unwrap_or_else(|| "test".into());
             let secret = outputs.get("AWS_SECRET_ACCESS_KEY").cloned().unwrap_or_else(|| "test".into());
             loader = loader.endpoint_url(endpoint).credentials_provider(aws_credential_types::Credentials::new(
-                id,
-                secret,
-                None,
-                None,
-                "loadcheck",
+                id, secret, None, None, "loadcheck",
             ));
         }
         Ok(Self { outputs, sdk: loader.load().await })
