@@ -1,7 +1,9 @@
-//! The errors a caller can see. Every entry point returns `ApiError`; the one
+//! The errors a caller can see. Every HTTP entry point returns `ApiError`
+//! (use cases return [`UseCaseError`], turned into `ApiError` here); the one
 //! place that turns it into HTTP is [`crate::http::error_response`].
 
 use crate::ports::Unavailable;
+use crate::usecases::UseCaseError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -50,6 +52,18 @@ impl ApiError {
         match self {
             Self::Refused { code, .. } => code,
             Self::Internal(_) => "internal_error",
+        }
+    }
+}
+
+impl From<UseCaseError> for ApiError {
+    fn from(e: UseCaseError) -> Self {
+        match e {
+            UseCaseError::Invalid(message) => Self::invalid(message),
+            UseCaseError::NotFound(what) => Self::not_found(what),
+            UseCaseError::Conflict { code, message } => Self::conflict(code, message),
+            UseCaseError::Unprocessable { code, message } => Self::unprocessable(code, message),
+            UseCaseError::Unavailable(cause) => Self::Internal(cause),
         }
     }
 }

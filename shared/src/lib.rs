@@ -6,15 +6,19 @@
 //!
 //! # Layout
 //!
-//! - [`domain`]: identifiers, money, time, and the state machines (order,
-//!   reservation, coupon lock, payment, refund). Pure; no AWS types.
+//! - [`domain`]: identifiers, money, time, the state machines (order,
+//!   reservation, coupon lock, payment, refund) and the entities the store
+//!   keeps (`domain::records`). Pure; no AWS types.
 //! - [`ports`] and [`store`]: what use cases need from the outside, as traits.
 //! - [`usecases`]: one per trigger (create, schedule wake-up, close,
 //!   release/settle, payments, refunds, reconcile, queries), generic over
 //!   the ports.
 //! - [`aws`]: DynamoDB, Scheduler and SQS adapters.
 //! - [`http`] and [`error`]: the single mapping from errors to HTTP.
-//! - [`handlers`]: decode a Lambda trigger, call one use case, encode.
+//! - [`handlers`]: decode a Lambda trigger, call one use case, encode. For
+//!   HTTP, `handlers::requests` parses a request into the use case's typed
+//!   input and `handlers::views` shapes its typed answer as JSON; use cases
+//!   never see a body nor build JSON (`tests/tests/layering.rs`).
 
 pub mod aws;
 pub mod domain;

@@ -130,7 +130,7 @@ pub enum RefundResult {
 #[async_trait]
 pub trait PaymentChannel: Send + Sync {
     /// Starts the payment at the provider (the buyer then pays there).
-    async fn open(&self, attempt: &crate::store::PaymentAttempt, merchant_id: &str) -> Result<(), Unavailable>;
+    async fn open(&self, attempt: &PaymentAttempt, merchant_id: &str) -> Result<(), Unavailable>;
     /// `Err` means the channel could not be asked (timeout, network): the
     /// caller must treat the payment as unknown, never as unpaid.
     async fn query(&self, payment_id: &PaymentId) -> Result<ChannelPayment, Unavailable>;
@@ -180,4 +180,36 @@ pub trait EventPublisher: Send + Sync {
     /// Publishes `events` in their order. The answer names the entries the
     /// bus refused (empty: all taken); `Err` means it could not be asked.
     async fn publish(&self, events: &[IntegrationEvent]) -> Result<Vec<PublishFailure>, Unavailable>;
+}
+
+/// One payment as the channel's own books (its statement) record it: what
+/// reconciliation compares the local records with. Only the facts the
+/// comparison needs; how a provider stores them is its adapter's business.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatementLine {
+    pub payment_id: PaymentId,
+    pub order_id: OrderId,
+    pub amount: i64,
+    pub currency: Currency,
+    /// PROCESSING, SUCCEEDED or FAILED at the channel.
+    pub status: PaymentStatus,
+    /// Set once the channel refunded the payment.
+    pub refund_id: Option<String>,
+    pub refunded_amount: i64,
+}
+
+/// The channel's side of reconciliation: every payment it knows.
+#[async_trait]
+pub trait ChannelStatement: Send + Sync {
+    async fn statement(&self) -> Result<Vec<StatementLine>, Unavailable>;
+}
+
+/// What the refund worker does with a delivery beyond the refund itself:
+/// the backoff between tries and the hand-over to a person.
+#[async_trait]
+pub trait RefundRetries: Send + Sync {
+    /// Makes the delivery identified by `receipt` come back after `after`.
+    async fn retry_after(&self, receipt: &str, after: Duration) -> Result<(), Unavailable>;
+    /// Sets the message `body` aside for a person (the dead-letter queue).
+    async fn hand_to_person(&self, body: String) -> Result<(), Unavailable>;
 }

@@ -6,7 +6,6 @@
 use crate::domain::*;
 use crate::ports::Unavailable;
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 
 /// The answer to a compare-and-swap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,83 +15,10 @@ pub enum Cas {
     Rejected,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Reservation {
-    pub sku: Sku,
-    pub qty: u32,
-    pub status: ReservationStatus,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CouponLock {
-    pub coupon_id: CouponId,
-    pub status: CouponLockStatus,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
-
-/// What the close path or a notification saw of a payment at the channel.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Evidence {
-    pub at: Timestamp,
-    pub source: String,
-    pub status: PaymentStatus,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PaymentAttempt {
-    pub payment_id: PaymentId,
-    pub order_id: OrderId,
-    pub channel: ChannelName,
-    pub amount: i64,
-    pub currency: Currency,
-    pub status: PaymentStatus,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub channel_txn_id: Option<String>,
-    pub created_at: Timestamp,
-    #[serde(default)]
-    pub evidence: Vec<Evidence>,
-}
-
-/// The refund record lives in the domain; re-exported here, where the
-/// store's other records are.
+/// The entities the store reads and writes live in the domain; they are
+/// re-exported here, where callers have always found them.
+pub use crate::domain::records::{Coupon, CouponLock, Evidence, OrderRecord, PaymentAttempt, Reservation, Stock};
 pub use crate::domain::Refund;
-
-/// Everything an order owns, read in one query.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OrderRecord {
-    pub order: Order,
-    pub reservations: Vec<Reservation>,
-    pub coupon_lock: Option<CouponLock>,
-    pub payments: Vec<PaymentAttempt>,
-    pub refunds: Vec<Refund>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Stock {
-    pub sku: Sku,
-    pub available: i64,
-    pub reserved: i64,
-    /// Sold by paid orders (written by the first confirmation).
-    #[serde(default)]
-    pub sold: i64,
-    /// The catalog price of one unit, in minor units of `currency`. Set
-    /// with the SKU (both or neither); a SKU seeded before prices lived in
-    /// the catalog has none and cannot be ordered until an operator sets it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub price: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub currency: Option<Currency>,
-}
-
-impl Stock {
-    /// The catalog price, when the SKU has one.
-    pub fn catalog_price(&self) -> Option<Price> {
-        Some(Price { amount: self.price?, currency: self.currency.clone()? })
-    }
-}
 
 /// A row reconciliation could not decode. It is skipped and reported by
 /// its key, so that one bad row neither hides the rest of the table nor
@@ -111,28 +37,6 @@ pub struct TableSnapshot {
     pub orders: Vec<OrderRecord>,
     pub stocks: Vec<Stock>,
     pub undecodable: Vec<UndecodableRow>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Coupon {
-    pub coupon_id: CouponId,
-    pub user_id: UserId,
-    pub valid_until: Timestamp,
-    pub state: CouponState,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub locked_by: Option<OrderId>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// The coupon's rule (seed 000 §8.2): a returnable coupon goes back to
-    /// its owner when the order closes unpaid; a non-returnable one (e.g. a
-    /// one-shot promotion) ends VOID. Coupons written before the field
-    /// existed are returnable.
-    #[serde(default = "returnable_by_default")]
-    pub returnable: bool,
-}
-
-fn returnable_by_default() -> bool {
-    true
 }
 
 /// The idempotency record written together with a new order.
@@ -478,6 +382,10 @@ pub trait DueIndex: Send + Sync {
     /// The shard names the sweep must cover (open and effects, every shard
     /// any live entry may have been written under).
     fn shards(&self) -> Vec<String>;
+    /// Whether `shard` (one of [`Self::shards`]) holds open orders, whose
+    /// due time the sweep gives a grace, rather than pending effects, whose
+    /// due time already includes theirs.
+    fn is_open_shard(&self, shard: &str) -> bool;
     /// Entries of `shard` with `due_at <= cutoff`, oldest first, at most
     /// `limit`, continuing after `start`.
     async fn due_page(

@@ -9,11 +9,12 @@
 use aws_sdk_dynamodb::types::AttributeValue as Av;
 use order_core::aws::dynamo::DynamoStore;
 use order_core::domain::*;
+use order_core::handlers::requests::{create_order, payment_notification, start_payment};
 use order_core::ports::*;
 use order_core::store::*;
 use order_core::usecases::close_order::{CloseOrder, CloseOutcome, DEFAULT_CLOSE_BUDGET};
 use order_core::usecases::create_order::CreateOrder;
-use order_core::usecases::payments::{handle_notification, StartPayment};
+use order_core::usecases::payments::StartPayment;
 use order_core::usecases::refunds::{process_refund, RefundOutcome};
 use order_core::usecases::release_order::{release_order, settle_order};
 use serde_json::json;
@@ -80,7 +81,7 @@ impl World {
             body["coupon_id"] = json!(c);
         }
         let buyer = UserId::parse("u1").unwrap();
-        uc.execute(&buyer, Some(&unique("k")), body.to_string().as_bytes()).await.unwrap().order
+        create_order(&uc, &buyer, Some(&unique("k")), body.to_string().as_bytes()).await.unwrap().order
     }
 
     async fn start_payment(&self, o: &Order) -> PaymentAttempt {
@@ -93,9 +94,10 @@ impl World {
             not_found_grace: Duration::from_secs(10),
         };
         let started =
-            uc.execute(&o.user_id, o.order_id.as_str(), Some(&unique("p")), br#"{"channel":"sandbox"}"#).await.unwrap();
-        let id = PaymentId::parse(started.view["payment_id"].as_str().unwrap().to_owned()).unwrap();
-        self.raw.attempt(&id).await.unwrap().unwrap()
+            start_payment(&uc, &o.user_id, o.order_id.as_str(), Some(&unique("p")), br#"{"channel":"sandbox"}"#)
+                .await
+                .unwrap();
+        self.raw.attempt(&started.attempt.payment_id).await.unwrap().unwrap()
     }
 
     async fn notify_success(&self, a: &PaymentAttempt) -> serde_json::Value {
@@ -103,7 +105,7 @@ impl World {
             "notify_id": unique("n"), "payment_id": a.payment_id, "order_id": a.order_id, "channel_txn_id": unique("tx"),
             "amount": a.amount, "currency": a.currency, "merchant_id": MERCHANT, "status": "SUCCEEDED",
         });
-        handle_notification(&self.store, &self.clock, MERCHANT, "sandbox", body.to_string().as_bytes()).await.unwrap()
+        payment_notification(&self.store, &self.clock, MERCHANT, "sandbox", body.to_string().as_bytes()).await.unwrap()
     }
 
     async fn close(&self, o: &Order) -> CloseOutcome {

@@ -124,7 +124,14 @@ async fn main() {
     let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
     for i in 0..100 {
         let buyer = UserId::parse("u1").unwrap();
-        create.execute(&buyer, Some(&format!("k{i}")), body.to_string().as_bytes()).await.unwrap();
+        order_core::handlers::requests::create_order(
+            &create,
+            &buyer,
+            Some(&format!("k{i}")),
+            body.to_string().as_bytes(),
+        )
+        .await
+        .unwrap();
     }
     // The sweep runs a minute after the open orders were created: none due.
     clock.set(T0 + 60_000);

@@ -671,7 +671,7 @@ impl<S: order_core::store::OrderStore + Send + Sync> CreateAsNamed
         key: Option<&str>,
         body: &[u8],
     ) -> Result<order_core::usecases::create_order::Created, order_core::error::ApiError> {
-        self.execute(&body_buyer(body), key, body).await
+        order_core::handlers::requests::create_order(self, &body_buyer(body), key, body).await
     }
 }
 

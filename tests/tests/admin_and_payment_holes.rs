@@ -10,14 +10,14 @@ use order_core::aws::dynamo::{keys, DynamoStore};
 use order_core::domain::payment::MAX_PAYMENT_ATTEMPTS;
 use order_core::domain::*;
 use order_core::error::ApiError;
+use order_core::handlers::requests::{self, get_order, payment_notification, start_payment};
 use order_core::ports::*;
 use order_core::store::*;
 use order_core::usecases::create_order::CreateOrder;
-use order_core::usecases::order_reads::{get_order, Reader};
-use order_core::usecases::payments::{handle_notification, PaymentStarted, StartPayment};
-use order_core::usecases::queries;
+use order_core::usecases::order_reads::Reader;
+use order_core::usecases::payments::{PaymentStarted, StartPayment};
 use order_core::usecases::release_order::{release_order, settle_order};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -121,7 +121,7 @@ impl World {
     }
 
     async fn pay(&self, o: &Order, key: &str) -> Result<PaymentStarted, ApiError> {
-        self.payments().execute(&o.user_id, o.order_id.as_str(), Some(key), br#"{"channel":"sandbox"}"#).await
+        start_payment(&self.payments(), &o.user_id, o.order_id.as_str(), Some(key), br#"{"channel":"sandbox"}"#).await
     }
 
     async fn record(&self, o: &Order) -> OrderRecord {
@@ -179,23 +179,23 @@ fn coupon_body(returnable: Option<bool>) -> Vec<u8> {
 #[tokio::test]
 async fn an_operator_write_never_turns_a_used_coupon_back_to_available() {
     let w = World::new().await;
-    queries::put_coupon(&w.store, "C-USED", &coupon_body(None)).await.unwrap();
+    requests::put_coupon(&w.store, "C-USED", &coupon_body(None)).await.unwrap();
     let o = w.order(Some("C-USED")).await.unwrap();
     let (o, a) = {
         let started = w.pay(&o, "p1").await.unwrap();
         let rec = w.record(&o).await;
-        let a = rec.payments.into_iter().find(|p| p.payment_id.as_str() == started.view["payment_id"]).unwrap();
+        let a = rec.payments.into_iter().find(|p| p.payment_id == started.attempt.payment_id).unwrap();
         (rec.order, a)
     };
     let ev = Evidence { at: w.clock.now(), source: "test".into(), status: PaymentStatus::Succeeded, detail: None };
     w.store.settle_success(&o, &a, "tx-used", ev, None, "").await.unwrap();
     settle_order(&w.store, &RecordedWakeUps::default(), &w.channel, &w.clock, &o.order_id).await.unwrap();
-    let before = queries::get_coupon(&w.store, "C-USED").await.unwrap();
+    let before = requests::get_coupon(&w.store, "C-USED").await.unwrap();
     assert_eq!(before["state"], "USED");
 
-    let refused = queries::put_coupon(&w.store, "C-USED", &coupon_body(None)).await;
+    let refused = requests::put_coupon(&w.store, "C-USED", &coupon_body(None)).await;
     assert_eq!(code(refused), "coupon_final");
-    assert_eq!(queries::get_coupon(&w.store, "C-USED").await.unwrap(), before, "nothing written");
+    assert_eq!(requests::get_coupon(&w.store, "C-USED").await.unwrap(), before, "nothing written");
     assert_eq!(code(w.order(Some("C-USED")).await), "coupon_unavailable", "a second order cannot spend it");
 }
 
@@ -204,27 +204,27 @@ async fn an_operator_write_never_revives_an_expired_or_void_coupon() {
     let w = World::new().await;
     for state in ["EXPIRED", "VOID"] {
         let id = format!("C-{state}");
-        queries::put_coupon(&w.store, &id, &coupon_body(None)).await.unwrap();
+        requests::put_coupon(&w.store, &id, &coupon_body(None)).await.unwrap();
         w.set_coupon_state(&id, state).await;
-        let refused = queries::put_coupon(&w.store, &id, &coupon_body(None)).await;
+        let refused = requests::put_coupon(&w.store, &id, &coupon_body(None)).await;
         assert!(message(refused).contains(state), "the refusal names the outcome");
-        assert_eq!(queries::get_coupon(&w.store, &id).await.unwrap()["state"], state);
+        assert_eq!(requests::get_coupon(&w.store, &id).await.unwrap()["state"], state);
     }
     // An AVAILABLE coupon may still be rewritten (e.g. a new validity).
-    queries::put_coupon(&w.store, "C-NEW", &coupon_body(None)).await.unwrap();
-    let again = queries::put_coupon(&w.store, "C-NEW", &coupon_body(Some(false))).await.unwrap();
+    requests::put_coupon(&w.store, "C-NEW", &coupon_body(None)).await.unwrap();
+    let again = requests::put_coupon(&w.store, "C-NEW", &coupon_body(Some(false))).await.unwrap();
     assert_eq!(again["returnable"], false);
 }
 
 #[tokio::test]
 async fn a_non_returnable_coupon_ends_void_with_a_reason_when_its_order_closes_unpaid() {
     let w = World::new().await;
-    let stored = queries::put_coupon(&w.store, "ONCE", &coupon_body(Some(false))).await.unwrap();
+    let stored = requests::put_coupon(&w.store, "ONCE", &coupon_body(Some(false))).await.unwrap();
     assert_eq!(stored["returnable"], false);
-    assert_eq!(queries::get_coupon(&w.store, "ONCE").await.unwrap()["returnable"], false);
+    assert_eq!(requests::get_coupon(&w.store, "ONCE").await.unwrap()["returnable"], false);
     assert_eq!(
         code(
-            queries::put_coupon(
+            requests::put_coupon(
                 &w.store,
                 "X",
                 br#"{"user_id":"u1","valid_until":"2030-01-01T00:00:00Z","returnable":"no"}"#
@@ -243,7 +243,7 @@ async fn a_non_returnable_coupon_ends_void_with_a_reason_when_its_order_closes_u
     let lock = w.record(&o).await.coupon_lock.unwrap();
     assert_eq!(lock.status, CouponLockStatus::Void);
     assert!(lock.reason.unwrap().contains("not returnable"));
-    let coupon = queries::get_coupon(&w.store, "ONCE").await.unwrap();
+    let coupon = requests::get_coupon(&w.store, "ONCE").await.unwrap();
     assert_eq!(coupon["state"], "VOID");
     assert!(coupon["reason"].as_str().unwrap().contains("not returnable"));
     assert_eq!(code(w.order(Some("ONCE")).await), "coupon_unavailable");
@@ -258,55 +258,55 @@ async fn a_non_returnable_coupon_ends_void_with_a_reason_when_its_order_closes_u
 async fn a_blind_stock_set_of_a_live_sku_is_refused_and_changes_nothing() {
     let w = World::new().await;
     let seeded =
-        queries::put_stock(&w.store, "NEW", br#"{"available": 5, "price": 1299, "currency": "EUR"}"#).await.unwrap();
+        requests::put_stock(&w.store, "NEW", br#"{"available": 5, "price": 1299, "currency": "EUR"}"#).await.unwrap();
     assert_eq!(
         seeded,
         json!({"sku": "NEW", "available": 5, "reserved": 0, "sold": 0, "price": 1299, "currency": "EUR"})
     );
     w.order(None).await.unwrap(); // holds 2 of A
-    let before = queries::get_stock(&w.store, "A").await.unwrap();
+    let before = requests::get_stock(&w.store, "A").await.unwrap();
     assert_eq!((before["available"].as_i64(), before["reserved"].as_i64()), (Some(8), Some(2)));
 
     let blind = br#"{"available": 100, "price": 1, "currency": "EUR"}"#;
-    let refused = queries::put_stock(&w.store, "A", blind).await;
+    let refused = requests::put_stock(&w.store, "A", blind).await;
     let msg = message(refused);
     assert!(msg.contains("if_available") && msg.contains("adjust"), "names what to send: {msg}");
-    assert_eq!(code(queries::put_stock(&w.store, "A", blind).await), "stock_exists");
+    assert_eq!(code(requests::put_stock(&w.store, "A", blind).await), "stock_exists");
     // Without a price it is not a seed at all.
-    let bare = queries::put_stock(&w.store, "A", br#"{"available": 100}"#).await;
-    assert_eq!(code(queries::put_stock(&w.store, "A", br#"{"available": 100}"#).await), "invalid_request");
+    let bare = requests::put_stock(&w.store, "A", br#"{"available": 100}"#).await;
+    assert_eq!(code(requests::put_stock(&w.store, "A", br#"{"available": 100}"#).await), "invalid_request");
     assert!(message(bare).contains("price and currency are required"));
-    assert_eq!(queries::get_stock(&w.store, "A").await.unwrap(), before, "nothing written");
+    assert_eq!(requests::get_stock(&w.store, "A").await.unwrap(), before, "nothing written");
 }
 
 #[tokio::test]
 async fn live_stock_changes_by_compare_and_swap_or_by_a_relative_adjustment() {
     let w = World::new().await;
     w.order(None).await.unwrap();
-    let after = queries::put_stock(&w.store, "A", br#"{"adjust": -3}"#).await.unwrap();
+    let after = requests::put_stock(&w.store, "A", br#"{"adjust": -3}"#).await.unwrap();
     assert_eq!((after["available"].as_i64(), after["reserved"].as_i64()), (Some(5), Some(2)));
-    assert_eq!(code(queries::put_stock(&w.store, "A", br#"{"adjust": -6}"#).await), "insufficient_stock");
+    assert_eq!(code(requests::put_stock(&w.store, "A", br#"{"adjust": -6}"#).await), "insufficient_stock");
     assert_eq!(
-        code(queries::put_stock(&w.store, "A", br#"{"available": 9, "if_available": 8}"#).await),
+        code(requests::put_stock(&w.store, "A", br#"{"available": 9, "if_available": 8}"#).await),
         "stock_changed"
     );
-    let swapped = queries::put_stock(&w.store, "A", br#"{"available": 9, "if_available": 5}"#).await.unwrap();
+    let swapped = requests::put_stock(&w.store, "A", br#"{"available": 9, "if_available": 5}"#).await.unwrap();
     assert_eq!(swapped["available"], 9);
-    assert_eq!(code(queries::put_stock(&w.store, "NONE", br#"{"adjust": 1}"#).await), "not_found");
+    assert_eq!(code(requests::put_stock(&w.store, "NONE", br#"{"adjust": 1}"#).await), "not_found");
     for bad in [&br#"{"available": 1, "adjust": 1}"#[..], br#"{"adjust": 0}"#, br#"{"if_available": 1}"#, b"{}"] {
-        assert_eq!(code(queries::put_stock(&w.store, "A", bad).await), "invalid_request");
+        assert_eq!(code(requests::put_stock(&w.store, "A", bad).await), "invalid_request");
     }
-    assert_eq!(queries::get_stock(&w.store, "A").await.unwrap()["available"], 9);
+    assert_eq!(requests::get_stock(&w.store, "A").await.unwrap()["available"], 9);
 }
 
 #[tokio::test]
 async fn a_price_change_touches_only_the_catalog_price_and_never_an_open_order() {
     let w = World::new().await;
     let open = w.order(None).await.unwrap(); // 2 of A at 100
-    let before = queries::get_stock(&w.store, "A").await.unwrap();
+    let before = requests::get_stock(&w.store, "A").await.unwrap();
     assert_eq!((before["price"].as_i64(), before["currency"].as_str()), (Some(100), Some("EUR")));
 
-    let after = queries::put_stock(&w.store, "A", br#"{"price": 150, "currency": "EUR"}"#).await.unwrap();
+    let after = requests::put_stock(&w.store, "A", br#"{"price": 150, "currency": "EUR"}"#).await.unwrap();
     assert_eq!(
         after,
         json!({"sku": "A", "available": 8, "reserved": 2, "sold": 0, "price": 150, "currency": "EUR"}),
@@ -318,7 +318,7 @@ async fn a_price_change_touches_only_the_catalog_price_and_never_an_open_order()
     assert_eq!(kept.version, open.version);
 
     // A price alone never creates a SKU.
-    let missing = queries::put_stock(&w.store, "NONE", br#"{"price": 150, "currency": "EUR"}"#).await;
+    let missing = requests::put_stock(&w.store, "NONE", br#"{"price": 150, "currency": "EUR"}"#).await;
     assert_eq!(code(missing), "not_found");
     assert_eq!(w.store.stock(&sku("NONE")).await.unwrap(), None, "nothing written");
 
@@ -329,10 +329,10 @@ async fn a_price_change_touches_only_the_catalog_price_and_never_an_open_order()
         (br#"{"price": 150, "currency": "euro"}"#, "currency"),
         (br#"{"price": 150, "currency": "EUR", "adjust": 1}"#, "adjust"),
     ] {
-        let m = message(queries::put_stock(&w.store, "A", bad).await);
+        let m = message(requests::put_stock(&w.store, "A", bad).await);
         assert!(m.contains(names), "{}: {m}", String::from_utf8_lossy(bad));
     }
-    assert_eq!(queries::get_stock(&w.store, "A").await.unwrap(), after, "the refusals wrote nothing");
+    assert_eq!(requests::get_stock(&w.store, "A").await.unwrap(), after, "the refusals wrote nothing");
 }
 
 // -------------------------------------------------------- payment entry
@@ -344,14 +344,15 @@ async fn a_payment_replayed_with_the_same_key_returns_the_same_attempt_and_opens
     let first = w.pay(&o, "pay-1").await.unwrap();
     let again = w.pay(&o, "pay-1").await.unwrap();
     assert!(!first.replayed && again.replayed);
-    assert_eq!(first.view["payment_id"], again.view["payment_id"]);
+    assert_eq!(first.attempt.payment_id, again.attempt.payment_id);
     let rec = w.record(&o).await;
     assert_eq!((rec.order.payment_attempts, rec.payments.len()), (1, 1));
     assert_eq!(w.channel.distinct_opened(), 1);
     assert!(w.channel.cancelled.lock().unwrap().is_empty(), "the replay closed nothing");
     // Missing key: refused before anything is written.
     let count = w.item_count().await;
-    let missing = w.payments().execute(&o.user_id, o.order_id.as_str(), None, br#"{"channel":"sandbox"}"#).await;
+    let missing =
+        start_payment(&w.payments(), &o.user_id, o.order_id.as_str(), None, br#"{"channel":"sandbox"}"#).await;
     assert!(message(missing).contains("Idempotency-Key"));
     assert_eq!(w.item_count().await, count);
 }
@@ -362,7 +363,7 @@ async fn a_payment_key_is_scoped_to_its_order_and_reused_with_another_body_is_re
     let (o1, o2) = (w.order(None).await.unwrap(), w.order(None).await.unwrap());
     let a = w.pay(&o1, "same").await.unwrap();
     let b = w.pay(&o2, "same").await.unwrap();
-    assert_ne!(a.view["payment_id"], b.view["payment_id"], "another order: another attempt");
+    assert_ne!(a.attempt.payment_id, b.attempt.payment_id, "another order: another attempt");
     assert!(!b.replayed);
 
     // The key was first used with another body (planted: today one channel exists).
@@ -391,12 +392,12 @@ async fn a_new_attempt_closes_the_previous_one_at_the_channel() {
     let o = w.order(None).await.unwrap();
     let first = w.pay(&o, "k1").await.unwrap();
     let second = w.pay(&o, "k2").await.unwrap();
-    let first_id = PaymentId::parse(first.view["payment_id"].as_str().unwrap()).unwrap();
+    let first_id = first.attempt.payment_id.clone();
     assert_eq!(*w.channel.cancelled.lock().unwrap(), vec![first_id.clone()]);
     let rec = w.record(&o).await;
-    let status = |id: &Value| rec.payments.iter().find(|p| p.payment_id.as_str() == id).unwrap().status;
-    assert_eq!(status(&first.view["payment_id"]), PaymentStatus::Failed);
-    assert_eq!(status(&second.view["payment_id"]), PaymentStatus::Processing);
+    let status = |id: &PaymentId| rec.payments.iter().find(|p| p.payment_id == *id).unwrap().status;
+    assert_eq!(status(&first.attempt.payment_id), PaymentStatus::Failed);
+    assert_eq!(status(&second.attempt.payment_id), PaymentStatus::Processing);
     let superseded = rec.payments.iter().find(|p| p.payment_id == first_id).unwrap();
     assert!(superseded.evidence.iter().any(|e| e.source.contains("superseded")));
 }
@@ -406,7 +407,7 @@ async fn a_previous_attempt_found_paid_when_a_new_one_starts_pays_the_order() {
     let w = World::new().await;
     let o = w.order(None).await.unwrap();
     let first = w.pay(&o, "k1").await.unwrap();
-    let first_id = PaymentId::parse(first.view["payment_id"].as_str().unwrap()).unwrap();
+    let first_id = first.attempt.payment_id.clone();
     w.channel.pay(&first_id, "tx-first", o.amount_total);
     assert_eq!(code(w.pay(&o, "k2").await), "order_not_payable");
     let rec = w.record(&o).await;
@@ -492,12 +493,12 @@ async fn a_success_resent_with_new_notify_ids_for_the_paying_payment_changes_not
     let o = w.order(None).await.unwrap();
     w.pay(&o, "k1").await.unwrap();
     let a = w.record(&o).await.payments.remove(0);
-    let first = handle_notification(&w.store, &w.clock, MERCHANT, "sandbox", &notification(&a, "n0", "tx-1")).await;
+    let first = payment_notification(&w.store, &w.clock, MERCHANT, "sandbox", &notification(&a, "n0", "tx-1")).await;
     assert_eq!(first.unwrap()["result"], "paid");
     let before = w.record(&o).await;
     for i in 1..6 {
         let r =
-            handle_notification(&w.store, &w.clock, MERCHANT, "sandbox", &notification(&a, &format!("n{i}"), "tx-1"))
+            payment_notification(&w.store, &w.clock, MERCHANT, "sandbox", &notification(&a, &format!("n{i}"), "tx-1"))
                 .await
                 .unwrap();
         assert_eq!(r["result"], "duplicate");
@@ -528,7 +529,7 @@ async fn a_late_success_resent_keeps_one_refund_one_evidence_and_an_expiring_ded
     assert_eq!(w.store.close_after_check(&closing, w.clock.now(), "test").await.unwrap(), Cas::Applied);
     for i in 0..4 {
         let r =
-            handle_notification(&w.store, &w.clock, MERCHANT, "sandbox", &notification(&a, &format!("n{i}"), "tx-9"))
+            payment_notification(&w.store, &w.clock, MERCHANT, "sandbox", &notification(&a, &format!("n{i}"), "tx-9"))
                 .await
                 .unwrap();
         // The first makes the refund; a resend changes nothing and says so.
@@ -548,7 +549,8 @@ async fn another_buyer_paying_or_reading_an_order_gets_404_and_nothing_is_writte
     let before = (w.item_count().await, w.record(&o).await.order.version);
     let stranger = UserId::parse("u-stranger").unwrap();
 
-    let paid = w.payments().execute(&stranger, o.order_id.as_str(), Some("k-x"), br#"{"channel":"sandbox"}"#).await;
+    let paid =
+        start_payment(&w.payments(), &stranger, o.order_id.as_str(), Some("k-x"), br#"{"channel":"sandbox"}"#).await;
     match paid {
         Err(ApiError::Refused { code: "not_found", .. }) => {}
         other => panic!("expected 404, got {other:?}"),

@@ -198,6 +198,7 @@ print(",".join(refusing_rules(load(), {"Stage": "prod", "LocalApiId": "abc123"})
 #[tokio::test]
 async fn ddb_oidc_subjects_keep_keys_and_coupons_per_buyer() {
     use order_core::domain::*;
+    use order_core::handlers::requests::create_order;
     use order_core::store::{OrderStore, PutCoupon};
     use order_core::usecases::create_order::CreateOrder;
     use system_tests::fakes::FixedClock;
@@ -223,17 +224,17 @@ async fn ddb_oidc_subjects_keep_keys_and_coupons_per_buyer() {
 
     let with_coupon = json!({"currency": "EUR", "items": [{"sku": "A", "qty": 1}], "coupon_id": "C1"}).to_string();
     let before = count().await;
-    let stolen = uc.execute(&look_alike, Some("k1"), with_coupon.as_bytes()).await;
+    let stolen = create_order(&uc, &look_alike, Some("k1"), with_coupon.as_bytes()).await;
     assert!(stolen.is_err(), "a look-alike subject locked another buyer's coupon: {stolen:?}");
     assert_eq!(count().await, before, "a refused create wrote something");
 
-    let mine = uc.execute(&jo, Some("k1"), with_coupon.as_bytes()).await.unwrap();
+    let mine = create_order(&uc, &jo, Some("k1"), with_coupon.as_bytes()).await.unwrap();
     assert!(!mine.replayed);
     assert_eq!(mine.order.user_id, jo);
-    let again = uc.execute(&jo, Some("k1"), with_coupon.as_bytes()).await.unwrap();
+    let again = create_order(&uc, &jo, Some("k1"), with_coupon.as_bytes()).await.unwrap();
     assert!(again.replayed && again.order.order_id == mine.order.order_id);
     let plain = json!({"currency": "EUR", "items": [{"sku": "A", "qty": 1}]}).to_string();
-    let theirs = uc.execute(&look_alike, Some("k1"), plain.as_bytes()).await.unwrap();
+    let theirs = create_order(&uc, &look_alike, Some("k1"), plain.as_bytes()).await.unwrap();
     assert!(!theirs.replayed, "the look-alike's key replayed another buyer's order");
     assert_ne!(theirs.order.order_id, mine.order.order_id);
     let coupon = store.coupon(&CouponId::parse("C1").unwrap()).await.unwrap().unwrap();

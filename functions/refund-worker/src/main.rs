@@ -1,6 +1,6 @@
 //! Refund queue → each refund through the channel, with backoff.
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use order_core::aws::{dynamo::DynamoStore, env, sandbox::ConfiguredChannel, sdk_config};
+use order_core::aws::{dynamo::DynamoStore, env, queue::SqsRefundRetries, sandbox::ConfiguredChannel, sdk_config};
 use order_core::handlers::refunds::{handle, RefundWorker};
 use order_core::ports::SystemClock;
 use serde_json::Value;
@@ -13,9 +13,11 @@ async fn main() -> Result<(), Error> {
     let worker = RefundWorker {
         store: DynamoStore::from_env(dynamo.clone())?,
         channel: ConfiguredChannel::from_env(dynamo),
-        sqs: aws_sdk_sqs::Client::new(&config),
-        queue_url: env("REFUND_QUEUE_URL")?,
-        dlq_url: env("REFUND_DLQ_URL")?,
+        retries: SqsRefundRetries::new(
+            aws_sdk_sqs::Client::new(&config),
+            env("REFUND_QUEUE_URL")?,
+            env("REFUND_DLQ_URL")?,
+        ),
         clock: Box::new(SystemClock),
     };
     let worker = &worker;

@@ -46,6 +46,10 @@ impl DueIndex for DynamoStore {
             .collect()
     }
 
+    fn is_open_shard(&self, shard: &str) -> bool {
+        shard.starts_with(keys::OPEN_PREFIX)
+    }
+
     async fn due_page(
         &self,
         shard: &str,

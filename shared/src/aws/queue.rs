@@ -1,8 +1,8 @@
 //! SQS adapters: close reminders put back with a delay; stream records set
-//! aside on a dead-letter queue.
+//! aside on a dead-letter queue; the refund worker's backoff and give-up.
 
 use crate::domain::OrderId;
-use crate::ports::{CloseReminders, DeadLetters, Unavailable};
+use crate::ports::{CloseReminders, DeadLetters, RefundRetries, Unavailable};
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use std::time::Duration;
@@ -144,6 +144,47 @@ impl DeadLetters for SqsDeadLetters {
             .send()
             .await
             .map_err(|e| Unavailable::new("send to the stream dead-letter queue", e))?;
+        Ok(())
+    }
+}
+
+/// The refund queue as the refund worker uses it: a failed try's message
+/// comes back after the backoff (its visibility is extended), a refund out
+/// of tries goes to the dead-letter queue.
+pub struct SqsRefundRetries {
+    client: Client,
+    queue_url: String,
+    dlq_url: String,
+}
+
+impl SqsRefundRetries {
+    pub fn new(client: Client, queue_url: String, dlq_url: String) -> Self {
+        Self { client, queue_url, dlq_url }
+    }
+}
+
+#[async_trait]
+impl RefundRetries for SqsRefundRetries {
+    async fn retry_after(&self, receipt: &str, after: Duration) -> Result<(), Unavailable> {
+        self.client
+            .change_message_visibility()
+            .queue_url(&self.queue_url)
+            .receipt_handle(receipt)
+            .visibility_timeout(after.as_secs() as i32)
+            .send()
+            .await
+            .map_err(|e| Unavailable::new("sqs change_message_visibility", e))?;
+        Ok(())
+    }
+
+    async fn hand_to_person(&self, body: String) -> Result<(), Unavailable> {
+        self.client
+            .send_message()
+            .queue_url(&self.dlq_url)
+            .message_body(body)
+            .send()
+            .await
+            .map_err(|e| Unavailable::new("sqs send_message", e))?;
         Ok(())
     }
 }

@@ -6,7 +6,7 @@
 
 use super::dynamo::{is_condition_failure, s};
 use crate::domain::*;
-use crate::ports::{ChannelPayment, PaymentChannel, RefundResult, Unavailable};
+use crate::ports::{ChannelPayment, ChannelStatement, PaymentChannel, RefundResult, StatementLine, Unavailable};
 use crate::store::PaymentAttempt;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue as Av, ReturnValue};
@@ -152,6 +152,28 @@ impl SandboxChannel {
             Err(e) if is_condition_failure(&e) => self.entry(payment_id).await,
             Err(e) => Err(Unavailable::new("sandbox settle", e)),
         }
+    }
+}
+
+impl From<LedgerEntry> for StatementLine {
+    fn from(e: LedgerEntry) -> Self {
+        Self {
+            payment_id: e.payment_id,
+            order_id: e.order_id,
+            amount: e.amount,
+            currency: e.currency,
+            status: e.status,
+            refund_id: e.refund_id,
+            refunded_amount: e.refunded_amount,
+        }
+    }
+}
+
+/// The sandbox's statement is its whole ledger.
+#[async_trait]
+impl ChannelStatement for SandboxChannel {
+    async fn statement(&self) -> Result<Vec<StatementLine>, Unavailable> {
+        Ok(self.entries().await?.into_iter().map(StatementLine::from).collect())
     }
 }
 

@@ -27,6 +27,19 @@ pub enum CouponState {
     Void,
 }
 
+impl CouponState {
+    /// The state's name as stored and shown (its serde form).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Available => "AVAILABLE",
+            Self::Locked => "LOCKED",
+            Self::Used => "USED",
+            Self::Expired => "EXPIRED",
+            Self::Void => "VOID",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CouponLockEvent {
     /// The order closed; `still_valid` says whether the coupon's own

@@ -11,6 +11,7 @@ pub mod ids;
 pub mod money;
 pub mod order;
 pub mod payment;
+pub mod records;
 pub mod refund;
 pub mod reservation;
 pub mod time;
@@ -23,6 +24,7 @@ pub use order::{
     PaymentSuccessOutcome, StatusChange,
 };
 pub use payment::{PaymentStatus, RefundStatus};
+pub use records::{Coupon, CouponLock, Evidence, OrderRecord, PaymentAttempt, Reservation, Stock};
 pub use refund::Refund;
 pub use reservation::{ReservationEvent, ReservationStatus};
 pub use time::Timestamp;

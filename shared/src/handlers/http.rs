@@ -3,6 +3,8 @@
 use super::api::{
     body_bytes, buyer, caller_identity, header, idempotency_key, path_param, route_key, within_body_limit,
 };
+use super::requests;
+use super::views;
 use crate::aws::dynamo::DynamoStore;
 use crate::aws::queue::SqsCloseReminders;
 use crate::aws::sandbox::ConfiguredChannel;
@@ -13,11 +15,9 @@ use crate::ports::{Clock, IdGen};
 use crate::signature;
 use crate::usecases::close_order::CloseOrder;
 use crate::usecases::create_order::CreateOrder;
-use crate::usecases::force_check::force_check;
-use crate::usecases::order_reads::{get_order, Reader};
-use crate::usecases::{payments, queries};
+use crate::usecases::order_reads::Reader;
+use crate::usecases::payments;
 use lambda_http::{Body, Request, Response};
-use serde_json::json;
 use tracing::warn;
 
 /// POST /orders
@@ -27,16 +27,9 @@ pub async fn create_order(uc: &CreateOrder<DynamoStore>, req: Request) -> Respon
         Ok(v) => v,
         Err(e) => return error_response(&e),
     };
-    match uc.execute(&user, key, body_bytes(&req)).await {
+    match requests::create_order(uc, &user, key, body_bytes(&req)).await {
         Ok(created) => {
-            let o = &created.order;
-            let mut resp = json_response(
-                201,
-                &json!({
-                    "order_id": o.order_id, "status": o.status, "expire_at": o.expire_at,
-                    "amount_total": o.amount_total, "currency": o.currency, "items": o.items,
-                }),
-            );
+            let mut resp = json_response(201, &views::created_order(&created.order));
             if created.replayed {
                 resp.headers_mut().insert("idempotent-replayed", "true".parse().expect("valid header"));
             }
@@ -70,12 +63,14 @@ async fn start_payment(app: &OrderApi, req: &Request) -> Response<Body> {
         not_found_grace: app.not_found_grace,
     };
     let started = match buyer(req).and_then(|u| Ok((u, idempotency_key(req)?))) {
-        Ok((user, key)) => uc.execute(&user, &path_param(req, "order_id"), key, body_bytes(req)).await,
+        Ok((user, key)) => {
+            requests::start_payment(&uc, &user, &path_param(req, "order_id"), key, body_bytes(req)).await
+        }
         Err(e) => Err(e),
     };
     match started {
         Ok(s) => {
-            let mut resp = json_response(201, &s.view);
+            let mut resp = json_response(201, &views::payment_attempt(&s.attempt));
             if s.replayed {
                 resp.headers_mut().insert("idempotent-replayed", "true".parse().expect("valid header"));
             }
@@ -98,25 +93,31 @@ pub async fn order_api(app: &OrderApi, req: Request) -> Response<Body> {
             let reader =
                 if route.starts_with("GET /admin/") { Ok(Reader::Operator) } else { buyer(&req).map(Reader::Buyer) };
             match reader {
-                Ok(reader) => {
-                    get_order(store, &app.closer.reminders, app.clock.as_ref(), &path_param(&req, "order_id"), &reader)
-                        .await
-                        .map(|v| (200, v))
-                }
+                Ok(reader) => requests::get_order(
+                    store,
+                    &app.closer.reminders,
+                    app.clock.as_ref(),
+                    &path_param(&req, "order_id"),
+                    &reader,
+                )
+                .await
+                .map(|v| (200, v)),
                 Err(e) => Err(e),
             }
         }
         "POST /admin/orders/{order_id}/check" => {
-            force_check(&app.closer, &path_param(&req, "order_id"), &caller_identity(&req)).await.map(|v| (200, v))
+            requests::force_check(&app.closer, &path_param(&req, "order_id"), &caller_identity(&req))
+                .await
+                .map(|v| (200, v))
         }
         "POST /orders/{order_id}/payments" => return start_payment(app, &req).await,
-        "PUT /admin/skus/{sku}" => queries::put_stock(store, &path_param(&req, "sku"), body).await.map(|v| (200, v)),
-        "GET /admin/skus/{sku}" => queries::get_stock(store, &path_param(&req, "sku")).await.map(|v| (200, v)),
+        "PUT /admin/skus/{sku}" => requests::put_stock(store, &path_param(&req, "sku"), body).await.map(|v| (200, v)),
+        "GET /admin/skus/{sku}" => requests::get_stock(store, &path_param(&req, "sku")).await.map(|v| (200, v)),
         "PUT /admin/coupons/{coupon_id}" => {
-            queries::put_coupon(store, &path_param(&req, "coupon_id"), body).await.map(|v| (200, v))
+            requests::put_coupon(store, &path_param(&req, "coupon_id"), body).await.map(|v| (200, v))
         }
         "GET /admin/coupons/{coupon_id}" => {
-            queries::get_coupon(store, &path_param(&req, "coupon_id")).await.map(|v| (200, v))
+            requests::get_coupon(store, &path_param(&req, "coupon_id")).await.map(|v| (200, v))
         }
         _ => Err(ApiError::not_found(format!("route {} {}", req.method(), req.uri().path()))),
     };
@@ -149,7 +150,7 @@ pub async fn payment_webhook(app: &Webhook, req: Request) -> Response<Body> {
         return error_response(&ApiError::unauthorized("bad_signature", e.to_string()));
     }
     respond(
-        payments::handle_notification(&app.store, app.clock.as_ref(), &app.merchant_id, &channel, body)
+        requests::payment_notification(&app.store, app.clock.as_ref(), &app.merchant_id, &channel, body)
             .await
             .map(|v| (200, v)),
     )

@@ -9,5 +9,7 @@ pub mod http;
 pub mod reconcile;
 pub mod refunds;
 pub mod relay;
+pub mod requests;
 pub mod sandbox;
 pub mod sweep;
+pub mod views;

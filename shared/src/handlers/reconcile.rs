@@ -1,9 +1,8 @@
 //! The reconcile function: read both sides, compare, report.
 
 use crate::aws::dynamo::DynamoStore;
-use crate::aws::sandbox::SandboxChannel;
 use crate::metrics;
-use crate::ports::Clock;
+use crate::ports::{ChannelStatement, Clock};
 use crate::store::PaymentStore;
 use crate::usecases::reconcile::{reconcile, Backlog, Bounds};
 use lambda_runtime::Error;
@@ -16,13 +15,13 @@ use tracing::{info, warn};
 /// cannot be read fails the run (and raises the function's error alarm).
 pub async fn run_reconcile(
     store: &DynamoStore,
-    ledger: Option<&SandboxChannel>,
+    ledger: Option<&impl ChannelStatement>,
     bounds: &Bounds,
     clock: &dyn Clock,
 ) -> Result<Value, Error> {
     let snapshot = store.scan_snapshot().await?;
     let entries = match ledger {
-        Some(l) => Some(l.entries().await?),
+        Some(l) => Some(l.statement().await?),
         None => None,
     };
     let report = reconcile(&snapshot, entries.as_deref(), bounds, clock.now());

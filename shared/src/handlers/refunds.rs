@@ -3,9 +3,10 @@
 use super::batch::each_sqs_message;
 use crate::aws::dynamo::DynamoStore;
 pub use crate::aws::queue::RefundMessage;
+use crate::aws::queue::SqsRefundRetries;
 use crate::aws::sandbox::ConfiguredChannel;
 use crate::error::error_chain;
-use crate::ports::Clock;
+use crate::ports::{Clock, RefundRetries};
 use crate::usecases::refunds::{process_refund, RefundOutcome};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::Error;
@@ -15,9 +16,8 @@ use tracing::error;
 pub struct RefundWorker {
     pub store: DynamoStore,
     pub channel: ConfiguredChannel,
-    pub sqs: aws_sdk_sqs::Client,
-    pub queue_url: String,
-    pub dlq_url: String,
+    /// The refund queue's backoff and dead-letter queue.
+    pub retries: SqsRefundRetries,
     pub clock: Box<dyn Clock>,
 }
 
@@ -57,16 +57,8 @@ async fn sqs(w: &RefundWorker, event: SqsEvent) -> SqsBatchResponse {
                 // Failing the message with a longer visibility is the
                 // backoff: SQS redelivers it after `after`.
                 if let Some(receipt) = &message.receipt_handle {
-                    if let Err(e) = w
-                        .sqs
-                        .change_message_visibility()
-                        .queue_url(&w.queue_url)
-                        .receipt_handle(receipt)
-                        .visibility_timeout(after.as_secs() as i32)
-                        .send()
-                        .await
-                    {
-                        error!(error = %e, "could not set the refund retry delay");
+                    if let Err(e) = w.retries.retry_after(receipt, after).await {
+                        error!(error = %error_chain(&e), "could not set the refund retry delay");
                     }
                 }
                 Err(format!("refund try failed; retrying in {} s", after.as_secs()))
@@ -77,13 +69,9 @@ async fn sqs(w: &RefundWorker, event: SqsEvent) -> SqsBatchResponse {
                 // dead letter cannot be sent, the message fails and comes
                 // back; that delivery finds REFUND_FAILED, tries once more
                 // and, failing, gives up (and dead-letters) again.
-                w.sqs
-                    .send_message()
-                    .queue_url(&w.dlq_url)
-                    .message_body(body)
-                    .send()
-                    .await
-                    .map_err(|e| format!("move refund of {} to the dead-letter queue: {e}", refund.payment_id))?;
+                w.retries.hand_to_person(body).await.map_err(|e| {
+                    format!("move refund of {} to the dead-letter queue: {}", refund.payment_id, error_chain(&e))
+                })?;
                 Ok(())
             }
         }

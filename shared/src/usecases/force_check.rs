@@ -4,11 +4,10 @@
 //! who asked, when, what it found and what happened, on the order itself.
 
 use crate::domain::*;
-use crate::error::ApiError;
 use crate::ports::{CloseReminders, PaymentChannel};
 use crate::store::{OrderStore, PaymentStore};
 use crate::usecases::close_order::{CloseOrder, CloseOutcome};
-use serde_json::{json, Value};
+use crate::usecases::UseCaseError;
 use tracing::info;
 
 pub fn outcome_name(o: &CloseOutcome) -> &'static str {
@@ -23,16 +22,32 @@ pub fn outcome_name(o: &CloseOutcome) -> &'static str {
     }
 }
 
-pub async fn force_check<S, C, Q>(closer: &CloseOrder<S, C, Q>, id: &str, by: &str) -> Result<Value, ApiError>
+/// What an operator's check found and did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForceCheck {
+    pub order_id: OrderId,
+    /// The check as recorded on the order (who, when, found, outcome, status).
+    pub check: OperatorCheck,
+    /// The close use case's answer; a reminder put back says when and why.
+    pub outcome: CloseOutcome,
+}
+
+/// Runs the close use case on `order_id` for the operator `by`, and
+/// records the check beside the order.
+pub async fn force_check<S, C, Q>(
+    closer: &CloseOrder<S, C, Q>,
+    order_id: &OrderId,
+    by: &str,
+) -> Result<ForceCheck, UseCaseError>
 where
     S: OrderStore + PaymentStore,
     C: PaymentChannel,
     Q: CloseReminders,
 {
-    let order_id = OrderId::parse(id).map_err(|_| ApiError::not_found(format!("order {id}")))?;
-    let before = closer.store.order(&order_id).await?.ok_or_else(|| ApiError::not_found(format!("order {id}")))?;
-    let outcome = closer.close(&order_id, &format!("operator:{by}")).await?;
-    let after = closer.store.order(&order_id).await?.ok_or_else(|| ApiError::not_found(format!("order {id}")))?;
+    let not_found = || UseCaseError::not_found(format!("order {order_id}"));
+    let before = closer.store.order(order_id).await?.ok_or_else(not_found)?;
+    let outcome = closer.close(order_id, &format!("operator:{by}")).await?;
+    let after = closer.store.order(order_id).await?.ok_or_else(not_found)?;
     let check = OperatorCheck {
         at: closer.clock.now(),
         by: by.to_owned(),
@@ -40,20 +55,8 @@ where
         outcome: outcome_name(&outcome).to_owned(),
         status: after.status,
     };
-    closer.store.record_check(&order_id, &check).await?;
+    closer.store.record_check(order_id, &check).await?;
     info!(order_id = %order_id, trigger = "operator", by, found = before.status.as_str(),
           outcome = check.outcome, status = after.status.as_str(), "operator force-check");
-    let mut v = json!({
-        "order_id": order_id,
-        "found": before.status,
-        "outcome": check.outcome,
-        "status": after.status,
-        "checked_at": check.at,
-        "checked_by": by,
-    });
-    if let CloseOutcome::RemindedLater { after, why } = outcome {
-        v["retry_after_seconds"] = json!(after.as_secs());
-        v["why"] = json!(why);
-    }
-    Ok(v)
+    Ok(ForceCheck { order_id: order_id.clone(), check, outcome })
 }

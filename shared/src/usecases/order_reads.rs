@@ -4,11 +4,9 @@
 //! The read never writes a status: closing is the close use case's job.
 
 use crate::domain::*;
-use crate::error::ApiError;
 use crate::ports::{Clock, CloseReminders};
-use crate::store::{Cas, OrderStore};
-use crate::usecases::queries::{admin_order_view, order_view};
-use serde_json::{json, Value};
+use crate::store::{Cas, OrderRecord, OrderStore};
+use crate::usecases::UseCaseError;
 use std::time::Duration;
 use tracing::{info, warn};
 
@@ -24,17 +22,47 @@ pub enum Reader {
     Operator,
 }
 
+/// An order as its reader may see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderRead {
+    pub record: OrderRecord,
+    /// The window is over and the order is not final yet: what the buyer
+    /// can show (the order is being closed, or, if a payment is found
+    /// meanwhile, paid).
+    pub expired_awaiting_close: bool,
+    /// What the order still holds: for operators only.
+    pub held: Option<Held>,
+}
+
+/// What an order still holds and since when: reservations not yet released
+/// or confirmed and a coupon lock not yet ended (all taken at create),
+/// pending refunds, and since when the order has been final with effects
+/// pending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// `(sku, qty, since)` of each reservation still RESERVED.
+    pub reservations: Vec<(Sku, u32, Timestamp)>,
+    /// The coupon still LOCKED, and since when.
+    pub coupon: Option<(CouponId, Timestamp)>,
+    /// `(payment_id, since, tries)` of each refund still REFUND_PENDING.
+    pub refunds_pending: Vec<(PaymentId, Timestamp, u32)>,
+    /// Final, with stock or a coupon not yet settled.
+    pub effects_pending: bool,
+    /// When the order became final, while its effects are pending.
+    pub effects_pending_since: Option<Timestamp>,
+    pub effects_pending_seconds: Option<u64>,
+}
+
 /// `GET /orders/{id}` (buyer) and `GET /admin/orders/{id}` (operator).
 pub async fn get_order<S: OrderStore, Q: CloseReminders>(
     store: &S,
     reminders: &Q,
     clock: &dyn Clock,
-    id: &str,
+    order_id: &OrderId,
     reader: &Reader,
-) -> Result<Value, ApiError> {
-    let not_found = || ApiError::not_found(format!("order {id}"));
-    let order_id = OrderId::parse(id).map_err(|_| not_found())?;
-    let record = store.order_record(&order_id).await?.ok_or_else(not_found)?;
+) -> Result<OrderRead, UseCaseError> {
+    let not_found = || UseCaseError::not_found(format!("order {order_id}"));
+    let record = store.order_record(order_id).await?.ok_or_else(not_found)?;
     let admin = match reader {
         // Another buyer's order answers exactly like a missing one, so ids
         // cannot be probed; and the read nudges nothing.
@@ -43,12 +71,8 @@ pub async fn get_order<S: OrderStore, Q: CloseReminders>(
         Reader::Operator => true,
     };
     let now = clock.now();
-    let mut view = if admin { admin_order_view(&record) } else { order_view(&record) };
     let order = &record.order;
     let overdue = !order.status.is_final() && order.expire_at <= now;
-    // What the buyer can show: the window is over, the order is being
-    // closed (or, if a payment is found meanwhile, paid).
-    view["expired_awaiting_close"] = json!(overdue);
     if overdue && order.status == OrderStatus::PendingPayment && !admin {
         // A CLOSING order already has a closer (and the sweep behind it); an
         // operator's look changes nothing (the force-check is the route
@@ -67,46 +91,38 @@ pub async fn get_order<S: OrderStore, Q: CloseReminders>(
             Err(e) => warn!(order_id = %order.order_id, error = %e, "lazy reminder not noted; the sweep covers it"),
         }
     }
-    if admin {
-        view["held"] = held_view(&record, now);
-    }
-    Ok(view)
+    let held = admin.then(|| held(&record, now));
+    Ok(OrderRead { record, expired_awaiting_close: overdue, held })
 }
 
-/// What the order still holds and since when: reservations not yet
-/// released or confirmed and a coupon lock not yet ended (all taken at
-/// create), and since when the order has been final with them pending.
-fn held_view(r: &crate::store::OrderRecord, now: Timestamp) -> Value {
+fn held(r: &OrderRecord, now: Timestamp) -> Held {
     let o = &r.order;
-    let reservations: Vec<Value> = r
+    let reservations: Vec<_> = r
         .reservations
         .iter()
         .filter(|res| res.status == ReservationStatus::Reserved)
-        .map(|res| json!({"sku": res.sku, "qty": res.qty, "since": o.created_at}))
+        .map(|res| (res.sku.clone(), res.qty, o.created_at))
         .collect();
     let coupon = r
         .coupon_lock
         .as_ref()
         .filter(|l| l.status == CouponLockStatus::Locked)
-        .map(|l| json!({"coupon_id": l.coupon_id, "since": o.created_at}));
-    let pending_refunds: Vec<Value> = r
+        .map(|l| (l.coupon_id.clone(), o.created_at));
+    let refunds_pending = r
         .refunds
         .iter()
         .filter(|f| f.status == RefundStatus::RefundPending)
-        .map(|f| json!({"payment_id": f.payment_id, "since": f.created_at, "tries": f.tries}))
+        .map(|f| (f.payment_id.clone(), f.created_at, f.tries))
         .collect();
     let final_since = o.status.is_final().then(|| o.history.last().map(|h| h.at)).flatten();
     let effects_pending = o.status.is_final() && (!reservations.is_empty() || coupon.is_some());
-    json!({
-        "reservations": reservations,
-        "coupon": coupon,
-        "refunds_pending": pending_refunds,
-        "effects_pending": effects_pending,
-        "effects_pending_since": if effects_pending { json!(final_since) } else { Value::Null },
-        "effects_pending_seconds": if effects_pending {
-            json!(final_since.map(|t| t.until(now).as_secs()))
-        } else {
-            Value::Null
-        },
-    })
+    let effects_pending_since = if effects_pending { final_since } else { None };
+    Held {
+        reservations,
+        coupon,
+        refunds_pending,
+        effects_pending,
+        effects_pending_since,
+        effects_pending_seconds: effects_pending_since.map(|t| t.until(now).as_secs()),
+    }
 }

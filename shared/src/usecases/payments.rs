@@ -13,13 +13,12 @@
 
 use crate::domain::payment::MAX_PAYMENT_ATTEMPTS;
 use crate::domain::*;
-use crate::error::{json_object, ApiError};
 use crate::metrics;
 use crate::ports::{Clock, IdGen, PaymentChannel, Unavailable};
 use crate::store::*;
 use crate::usecases::close_order::{channel_verdict, Verdict};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use crate::usecases::UseCaseError;
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::time::Duration;
 use tracing::{info, instrument, warn};
@@ -41,23 +40,16 @@ pub struct StartPayment<'a, S, C> {
     pub not_found_grace: Duration,
 }
 
-/// A payment attempt as the buyer sees it.
+/// The payment attempt the buyer pays through.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PaymentStarted {
-    pub view: Value,
+    pub attempt: PaymentAttempt,
     /// True when the idempotency key was seen before with the same body.
     pub replayed: bool,
 }
 
-fn attempt_view(a: &PaymentAttempt) -> Value {
-    json!({
-        "payment_id": a.payment_id, "order_id": a.order_id, "channel": a.channel,
-        "amount": a.amount, "currency": a.currency, "status": a.status,
-    })
-}
-
-fn order_busy(why: impl std::fmt::Display) -> ApiError {
-    ApiError::conflict("order_busy", format!("{why}; retry in a moment with the same Idempotency-Key"))
+fn order_busy(why: impl std::fmt::Display) -> UseCaseError {
+    UseCaseError::conflict("order_busy", format!("{why}; retry in a moment with the same Idempotency-Key"))
 }
 
 /// Why a previous attempt could not be set aside for a new one.
@@ -73,47 +65,47 @@ enum Supersede {
     Blocked(String),
 }
 
-impl<S, C> StartPayment<'_, S, C>
+/// What the idempotency hash of a payment request is taken over: its JSON
+/// form, `{"channel":"…"}`, so a retry hashes the same however it was
+/// formatted.
+#[derive(Serialize)]
+struct CanonicalPaymentRequest<'a> {
+    channel: &'a str,
+}
+
+impl<'a, S, C> StartPayment<'a, S, C>
 where
     S: OrderStore + PaymentStore,
     C: PaymentChannel,
 {
+    /// The channel a payment request names, if this deployment has it.
+    /// Checked before anything else about the order is read.
+    pub fn channel(&self, name: &str) -> Result<&'a C, UseCaseError> {
+        match (name, self.channel) {
+            ("sandbox", Some(c)) => Ok(c),
+            (_, Some(_)) => Err(UseCaseError::invalid(format!("channel {name:?} is not enabled; use \"sandbox\""))),
+            (_, None) => Err(UseCaseError::invalid(format!(
+                "channel {name:?} is not enabled; this deployment has no payment channel"
+            ))),
+        }
+    }
+
+    /// Starts a payment of `order_id` for `buyer` through the channel
+    /// named `channel_name`, under the buyer's idempotency `key`.
     #[instrument(skip_all, fields(order_id = %order_id))]
     pub async fn execute(
         &self,
         buyer: &UserId,
-        order_id: &str,
-        idempotency_key: Option<&str>,
-        body: &[u8],
-    ) -> Result<PaymentStarted, ApiError> {
-        let key = match idempotency_key {
-            None => return Err(ApiError::invalid("the Idempotency-Key header is required")),
-            Some(k) => IdempotencyKey::parse(k).map_err(|e| ApiError::invalid(e.0))?,
-        };
-        let obj = json_object(body)?;
-        let channel_name = obj
-            .get("channel")
-            .and_then(Value::as_str)
-            .ok_or_else(|| ApiError::invalid("channel is required and must be a string"))?;
-        let channel = match (channel_name, self.channel) {
-            ("sandbox", Some(c)) => c,
-            (_, Some(_)) => {
-                return Err(ApiError::invalid(format!("channel {channel_name:?} is not enabled; use \"sandbox\"")));
-            }
-            (_, None) => {
-                return Err(ApiError::invalid(format!(
-                    "channel {channel_name:?} is not enabled; this deployment has no payment channel"
-                )));
-            }
-        };
+        order_id: &OrderId,
+        key: IdempotencyKey,
+        channel_name: &str,
+    ) -> Result<PaymentStarted, UseCaseError> {
+        let channel = self.channel(channel_name)?;
         // The canonical body: the only field that shapes the attempt.
-        let claim = PaymentClaim {
-            key,
-            request_hash: hex::encode(Sha256::digest(json!({"channel": channel_name}).to_string())),
-        };
-        let order_id = OrderId::parse(order_id).map_err(|_| ApiError::not_found(format!("order {order_id}")))?;
-        let not_found = || ApiError::not_found(format!("order {order_id}"));
-        let mut record = self.store.order_record(&order_id).await?.ok_or_else(not_found)?;
+        let canonical = serde_json::to_vec(&CanonicalPaymentRequest { channel: channel_name }).expect("serialisable");
+        let claim = PaymentClaim { key, request_hash: hex::encode(Sha256::digest(canonical)) };
+        let not_found = || UseCaseError::not_found(format!("order {order_id}"));
+        let mut record = self.store.order_record(order_id).await?.ok_or_else(not_found)?;
         // Another buyer's order is answered as missing, before anything is
         // written or the channel is asked.
         if record.order.user_id != *buyer {
@@ -128,19 +120,19 @@ where
             let order = &record.order;
             let now = self.clock.now();
             if order.status != OrderStatus::PendingPayment {
-                return Err(ApiError::conflict(
+                return Err(UseCaseError::conflict(
                     "order_not_payable",
                     format!("the order is {} and can no longer be paid", order.status.as_str()),
                 ));
             }
             if now >= order.expire_at {
-                return Err(ApiError::conflict(
+                return Err(UseCaseError::conflict(
                     "order_expired",
                     format!("the payment window ended at {}", order.expire_at),
                 ));
             }
             if order.payment_attempts >= MAX_PAYMENT_ATTEMPTS {
-                return Err(ApiError::conflict(
+                return Err(UseCaseError::conflict(
                     "too_many_attempts",
                     format!("the order already had {MAX_PAYMENT_ATTEMPTS} payment attempts; no more can be started"),
                 ));
@@ -148,7 +140,7 @@ where
             match self.supersede(channel, &record).await? {
                 Supersede::Done => {}
                 Supersede::FoundPaid | Supersede::Moved => {
-                    record = self.store.order_record(&order_id).await?.ok_or_else(not_found)?;
+                    record = self.store.order_record(order_id).await?.ok_or_else(not_found)?;
                     continue;
                 }
                 Supersede::Blocked(why) => return Err(order_busy(why)),
@@ -172,14 +164,14 @@ where
                     // passed (a payment being opened right now is unknown).
                     channel.open(&attempt, self.merchant_id).await?;
                     info!(payment_id = %attempt.payment_id, "payment attempt recorded");
-                    return Ok(PaymentStarted { view: attempt_view(&attempt), replayed: false });
+                    return Ok(PaymentStarted { attempt, replayed: false });
                 }
                 AttemptResult::Replay(claimed) => return self.replay(channel, order, &claim, claimed).await,
                 AttemptResult::NotFound => return Err(not_found()),
                 // The order changed (another attempt, a close): decide again
                 // on the order as it is now, with its attempts.
                 AttemptResult::NotPayable(_) => {
-                    record = self.store.order_record(&order_id).await?.ok_or_else(not_found)?;
+                    record = self.store.order_record(order_id).await?.ok_or_else(not_found)?;
                 }
             }
         }
@@ -194,9 +186,9 @@ where
         order: &Order,
         claim: &PaymentClaim,
         claimed: ClaimedPayment,
-    ) -> Result<PaymentStarted, ApiError> {
+    ) -> Result<PaymentStarted, UseCaseError> {
         if claimed.request_hash != claim.request_hash {
-            return Err(ApiError::conflict(
+            return Err(UseCaseError::conflict(
                 "idempotency_key_reused",
                 "this Idempotency-Key was already used on this order with a different request body; use a new key",
             ));
@@ -217,14 +209,14 @@ where
             channel.open(&attempt, self.merchant_id).await?;
         }
         info!(payment_id = %attempt.payment_id, "idempotent payment replay");
-        Ok(PaymentStarted { view: attempt_view(&attempt), replayed: true })
+        Ok(PaymentStarted { attempt, replayed: true })
     }
 
     /// Closes, at the channel, every earlier attempt not yet settled, so an
     /// order has at most one payable attempt. A success found on the way is
     /// recorded through the normal success path (the order becomes PAID),
     /// never dropped.
-    async fn supersede(&self, channel: &C, record: &OrderRecord) -> Result<Supersede, ApiError> {
+    async fn supersede(&self, channel: &C, record: &OrderRecord) -> Result<Supersede, UseCaseError> {
         for p in record.payments.iter().filter(|p| !p.status.is_final()) {
             let now = self.clock.now();
             match channel_verdict(channel, p, now, self.not_found_grace).await {
@@ -273,47 +265,61 @@ where
     }
 }
 
-/// The body a payment provider posts to the webhook.
-#[derive(Debug, Clone, Deserialize)]
-pub struct PaymentNotification {
+/// A payment provider's notification, checked field by field (the
+/// signature was verified before).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentNotice {
+    pub channel: ChannelName,
     pub notify_id: String,
-    pub payment_id: String,
+    pub payment_id: PaymentId,
+    /// As the channel sent them: compared with the attempt's, never trusted.
     pub order_id: String,
     pub channel_txn_id: String,
     pub amount: i64,
     pub currency: String,
     pub merchant_id: String,
-    pub status: String,
+    /// SUCCEEDED or FAILED.
+    pub status: PaymentStatus,
+}
+
+/// What a notification changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotificationResult {
+    /// A failure was recorded on the attempt.
+    Recorded,
+    /// Seen before, or already settled: nothing changed.
+    Duplicate,
+    /// The order went to PAID.
+    Paid,
+    /// The order was final without this payment: one refund is pending.
+    RefundPending,
+}
+
+impl NotificationResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Recorded => "recorded",
+            Self::Duplicate => "duplicate",
+            Self::Paid => "paid",
+            Self::RefundPending => "refund_pending",
+        }
+    }
 }
 
 /// POST /payments/{channel}/notify, after the signature was verified.
-#[instrument(skip_all, fields(channel = channel))]
+#[instrument(skip_all, fields(channel = %n.channel))]
 pub async fn handle_notification<S: OrderStore + PaymentStore>(
     store: &S,
     clock: &dyn Clock,
     merchant_id: &str,
-    channel: &str,
-    body: &[u8],
-) -> Result<Value, ApiError> {
-    let n: PaymentNotification =
-        serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("notification body: {e}")))?;
-    let channel = ChannelName::parse(channel).map_err(|e| ApiError::invalid(e.0))?;
-    if n.notify_id.is_empty() || n.notify_id.len() > 128 || n.channel_txn_id.is_empty() || n.channel_txn_id.len() > 128
-    {
-        return Err(ApiError::invalid("notify_id and channel_txn_id must be 1 to 128 characters"));
-    }
-    let status = match n.status.as_str() {
-        "SUCCEEDED" => PaymentStatus::Succeeded,
-        "FAILED" => PaymentStatus::Failed,
-        other => return Err(ApiError::invalid(format!("status {other:?} must be SUCCEEDED or FAILED"))),
-    };
-    let payment_id =
-        PaymentId::parse(n.payment_id.clone()).map_err(|_| ApiError::not_found(format!("payment {}", n.payment_id)))?;
+    n: &PaymentNotice,
+) -> Result<NotificationResult, UseCaseError> {
+    let (channel, payment_id, status) = (&n.channel, &n.payment_id, n.status);
     let payment =
-        store.attempt(&payment_id).await?.ok_or_else(|| ApiError::not_found(format!("payment {payment_id}")))?;
+        store.attempt(payment_id).await?.ok_or_else(|| UseCaseError::not_found(format!("payment {payment_id}")))?;
     let mismatch = if payment.order_id.as_str() != n.order_id {
         Some("order_id")
-    } else if payment.channel != channel {
+    } else if payment.channel != *channel {
         Some("channel")
     } else if payment.amount != n.amount {
         Some("amount")
@@ -327,7 +333,7 @@ pub async fn handle_notification<S: OrderStore + PaymentStore>(
     if let Some(field) = mismatch {
         warn!(payment_id = %payment_id, field, "notification does not match the payment attempt; rejected");
         metrics::PAYMENT_MISMATCH.count(1);
-        return Err(ApiError::unprocessable(
+        return Err(UseCaseError::unprocessable(
             "mismatch",
             format!("{field} does not match the payment attempt; nothing was recorded"),
         ));
@@ -341,7 +347,7 @@ pub async fn handle_notification<S: OrderStore + PaymentStore>(
     };
     if status == PaymentStatus::Failed {
         let recorded = store.record_payment_fact(&payment, status, evidence, Some(&notification)).await?;
-        return Ok(json!({"result": if recorded { "recorded" } else { "duplicate" }}));
+        return Ok(if recorded { NotificationResult::Recorded } else { NotificationResult::Duplicate });
     }
     for _ in 0..5 {
         let order = store
@@ -355,17 +361,17 @@ pub async fn handle_notification<S: OrderStore + PaymentStore>(
             SettleResult::Paid => {
                 info!(order_id = %order.order_id, payment_id = %payment_id, from = order.status.as_str(), trigger = "webhook", outcome = "paid", "order PAID");
                 metrics::ORDER_PAID.count(1);
-                return Ok(json!({"result": "paid"}));
+                return Ok(NotificationResult::Paid);
             }
-            SettleResult::Duplicate => return Ok(json!({"result": "duplicate"})),
+            SettleResult::Duplicate => return Ok(NotificationResult::Duplicate),
             SettleResult::RefundPending => {
                 warn!(order_id = %order.order_id, payment_id = %payment_id, status = order.status.as_str(), trigger = "webhook", outcome = "refund_pending", "payment for a final order: refund pending");
                 metrics::LATE_PAYMENT_REFUND.count(1);
-                return Ok(json!({"result": "refund_pending"}));
+                return Ok(NotificationResult::RefundPending);
             }
             SettleResult::TxnIdTaken => {
                 metrics::PAYMENT_MISMATCH.count(1);
-                return Err(ApiError::unprocessable(
+                return Err(UseCaseError::unprocessable(
                     "mismatch",
                     "channel_txn_id is already bound to another payment; nothing was recorded",
                 ));

@@ -3,8 +3,8 @@
 //! and against the channel's own ledger, and reports every discrepancy by
 //! kind. It only reads.
 
-use crate::aws::sandbox::LedgerEntry;
 use crate::domain::*;
+use crate::ports::StatementLine;
 use crate::store::{OrderRecord, TableSnapshot};
 use crate::usecases::refunds::REFUND_REDRIVE_AFTER;
 use serde::Serialize;
@@ -201,11 +201,16 @@ fn stock_checks(snapshot: &TableSnapshot, out: &mut Vec<Discrepancy>) {
 /// Compares the local records with each other and with the channel's
 /// ledger, as of `now`. Without a ledger (no channel configured) only the
 /// checks that need no channel data run.
-pub fn reconcile(snapshot: &TableSnapshot, ledger: Option<&[LedgerEntry]>, bounds: &Bounds, now: Timestamp) -> Report {
+pub fn reconcile(
+    snapshot: &TableSnapshot,
+    ledger: Option<&[StatementLine]>,
+    bounds: &Bounds,
+    now: Timestamp,
+) -> Report {
     let records = &snapshot.orders;
     let channel_checked = ledger.is_some();
     let ledger = ledger.unwrap_or_default();
-    let by_payment: HashMap<&str, &LedgerEntry> = ledger.iter().map(|e| (e.payment_id.as_str(), e)).collect();
+    let by_payment: HashMap<&str, &StatementLine> = ledger.iter().map(|e| (e.payment_id.as_str(), e)).collect();
     let mut out = Vec::new();
     for row in &snapshot.undecodable {
         out.push(Discrepancy {
@@ -408,7 +413,6 @@ impl Backlog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aws::sandbox::Faults;
     use crate::store::{PaymentAttempt, Refund, Reservation, TableSnapshot};
 
     fn order(id: &str, status: OrderStatus, paid_by: Option<&str>) -> Order {
@@ -446,18 +450,15 @@ mod tests {
         }
     }
 
-    fn ledger(order: &str, pay: &str, status: PaymentStatus, refunded: bool) -> LedgerEntry {
-        LedgerEntry {
+    fn ledger(order: &str, pay: &str, status: PaymentStatus, refunded: bool) -> StatementLine {
+        StatementLine {
             payment_id: PaymentId::parse(pay).unwrap(),
             order_id: OrderId::parse(order).unwrap(),
-            merchant_id: "m".into(),
             amount: 500,
             currency: Currency::parse("EUR").unwrap(),
             status,
-            channel_txn_id: Some(format!("t-{pay}")),
             refund_id: refunded.then(|| format!("r-{pay}")),
             refunded_amount: if refunded { 500 } else { 0 },
-            faults: Faults::default(),
         }
     }
 
@@ -508,7 +509,7 @@ mod tests {
     }
 
     /// Reconciles at the epoch: every record is fresh, nothing is overdue.
-    fn run(orders: Vec<OrderRecord>, ledger: Option<&[LedgerEntry]>) -> Report {
+    fn run(orders: Vec<OrderRecord>, ledger: Option<&[StatementLine]>) -> Report {
         reconcile(
             &TableSnapshot { orders, ..Default::default() },
             ledger,

@@ -162,7 +162,7 @@ async fn sweep_shard<I: DueIndex, R: Redrive>(
     let mut report = SweepReport::default();
     // Open orders get the grace; an effects entry's due time already
     // includes its own.
-    let cutoff = if shard.starts_with(crate::aws::dynamo::keys::OPEN_PREFIX) { now.minus(cfg.grace) } else { now };
+    let cutoff = if index.is_open_shard(shard) { now.minus(cfg.grace) } else { now };
     // Where the next run must resume if this one stops early: right after
     // the last entry handled, or, once something failed, right before the
     // first failure, so that a failed re-drive is retried by the very next

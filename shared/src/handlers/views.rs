@@ -1,0 +1,154 @@
+//! Typed answers of the use cases as the JSON the HTTP routes send. The
+//! only place an order, a stock row, a coupon or a payment attempt is
+//! shaped for a client; the OpenAPI examples show these shapes.
+
+use crate::domain::*;
+use crate::usecases::close_order::CloseOutcome;
+use crate::usecases::force_check::ForceCheck;
+use crate::usecases::order_reads::{Held, OrderRead};
+use serde_json::{json, Value};
+
+/// The buyer's view of an order.
+pub fn order_view(r: &OrderRecord) -> Value {
+    let o = &r.order;
+    let items: Vec<Value> = o
+        .items
+        .iter()
+        .map(|l| {
+            let reservation = r.reservations.iter().find(|res| res.sku == l.sku).map(|res| res.status);
+            json!({"sku": l.sku, "qty": l.qty, "unit_price": l.unit_price, "reservation": reservation})
+        })
+        .collect();
+    let mut v = json!({
+        "order_id": o.order_id,
+        "status": o.status,
+        "created_at": o.created_at,
+        "expire_at": o.expire_at,
+        "amount_total": o.amount_total,
+        "currency": o.currency,
+        "items": items,
+        "payments": r.payments.iter().map(|p| json!({
+            "payment_id": p.payment_id, "channel": p.channel, "amount": p.amount,
+            "currency": p.currency, "status": p.status,
+        })).collect::<Vec<_>>(),
+        "refunds": r.refunds.iter().map(|f| json!({
+            "payment_id": f.payment_id, "amount": f.amount, "currency": f.currency,
+            "status": f.status, "notification": f.notification,
+        })).collect::<Vec<_>>(),
+    });
+    if let Some(lock) = &r.coupon_lock {
+        let mut c = json!({"coupon_id": lock.coupon_id, "state": lock.status});
+        if let Some(reason) = &lock.reason {
+            c["reason"] = json!(reason);
+        }
+        v["coupon"] = c;
+    }
+    v
+}
+
+/// The operator's view: everything, including the audit trail, the closing
+/// lease, every attempt with the channel evidence seen, and refunds.
+pub fn admin_order_view(r: &OrderRecord) -> Value {
+    let mut v = order_view(r);
+    let o = &r.order;
+    v["user_id"] = json!(o.user_id);
+    v["version"] = json!(o.version);
+    v["expiry_rule_version"] = json!(o.expiry_rule_version);
+    v["payment_attempts"] = json!(o.payment_attempts);
+    v["closing"] = json!(o.closing);
+    v["paid_by"] = json!(o.paid_by);
+    v["history"] = json!(o.history);
+    v["checks"] = json!(o.checks);
+    v["reservations"] = json!(r.reservations);
+    v["coupon_lock"] = json!(r.coupon_lock);
+    v["payments"] = json!(r.payments);
+    v["refunds"] = json!(r.refunds);
+    v
+}
+
+/// A SKU's stock row and catalog price.
+pub fn stock(s: &Stock) -> Value {
+    json!({
+        "sku": s.sku, "available": s.available, "reserved": s.reserved, "sold": s.sold,
+        "price": s.price, "currency": s.currency,
+    })
+}
+
+/// A coupon as the operator routes show it.
+pub fn coupon(c: &Coupon) -> Value {
+    let mut v = json!({"coupon_id": c.coupon_id, "state": c.state, "user_id": c.user_id, "valid_until": c.valid_until});
+    if let Some(r) = &c.reason {
+        v["reason"] = json!(r);
+    }
+    if let Some(o) = &c.locked_by {
+        v["locked_by"] = json!(o);
+    }
+    v["returnable"] = json!(c.returnable);
+    v
+}
+
+/// `GET /orders/{id}` (the buyer's view) or `GET /admin/orders/{id}` (the
+/// operator's, with what the order still holds).
+pub fn order_read(read: &OrderRead) -> Value {
+    let mut view = match &read.held {
+        Some(_) => admin_order_view(&read.record),
+        None => order_view(&read.record),
+    };
+    view["expired_awaiting_close"] = json!(read.expired_awaiting_close);
+    if let Some(held) = &read.held {
+        view["held"] = held_view(held);
+    }
+    view
+}
+
+fn held_view(h: &Held) -> Value {
+    let reservations: Vec<Value> =
+        h.reservations.iter().map(|(sku, qty, since)| json!({"sku": sku, "qty": qty, "since": since})).collect();
+    let coupon = h.coupon.as_ref().map(|(coupon_id, since)| json!({"coupon_id": coupon_id, "since": since}));
+    let refunds_pending: Vec<Value> = h
+        .refunds_pending
+        .iter()
+        .map(|(payment_id, since, tries)| json!({"payment_id": payment_id, "since": since, "tries": tries}))
+        .collect();
+    json!({
+        "reservations": reservations,
+        "coupon": coupon,
+        "refunds_pending": refunds_pending,
+        "effects_pending": h.effects_pending,
+        "effects_pending_since": h.effects_pending_since,
+        "effects_pending_seconds": h.effects_pending_seconds,
+    })
+}
+
+/// A payment attempt as the buyer sees it.
+pub fn payment_attempt(a: &PaymentAttempt) -> Value {
+    json!({
+        "payment_id": a.payment_id, "order_id": a.order_id, "channel": a.channel,
+        "amount": a.amount, "currency": a.currency, "status": a.status,
+    })
+}
+
+/// What an operator's check found and did.
+pub fn force_check(c: &ForceCheck) -> Value {
+    let mut v = json!({
+        "order_id": c.order_id,
+        "found": c.check.found,
+        "outcome": c.check.outcome,
+        "status": c.check.status,
+        "checked_at": c.check.at,
+        "checked_by": c.check.by,
+    });
+    if let CloseOutcome::RemindedLater { after, why } = &c.outcome {
+        v["retry_after_seconds"] = json!(after.as_secs());
+        v["why"] = json!(why);
+    }
+    v
+}
+
+/// The order as `POST /orders` answers it (new or replayed).
+pub fn created_order(o: &Order) -> Value {
+    json!({
+        "order_id": o.order_id, "status": o.status, "expire_at": o.expire_at,
+        "amount_total": o.amount_total, "currency": o.currency, "items": o.items,
+    })
+}
