@@ -1,19 +1,17 @@
 //! Refund queue → each refund through the channel, with backoff.
+use aws_config::SdkConfig;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use order_core::aws::{dynamo::DynamoStore, env, sandbox::ConfiguredChannel, sdk_config};
+use order_core::aws::{dynamo::DynamoStore, env, sandbox::ConfiguredChannel};
 use order_core::handlers::refunds::{handle, RefundWorker};
 use order_core::ports::SystemClock;
 use serde_json::Value;
 
-#[tokio::main]
-async fn main() -> Result<(), Error> {
-    order_core::init_tracing();
-    let config = sdk_config().await;
-    let dynamo = aws_sdk_dynamodb::Client::new(&config);
+pub async fn run(config: &SdkConfig) -> Result<(), Error> {
+    let dynamo = aws_sdk_dynamodb::Client::new(config);
     let worker = RefundWorker {
         store: DynamoStore::from_env(dynamo.clone())?,
         channel: ConfiguredChannel::from_env(dynamo),
-        sqs: aws_sdk_sqs::Client::new(&config),
+        sqs: aws_sdk_sqs::Client::new(config),
         queue_url: env("REFUND_QUEUE_URL")?,
         dlq_url: env("REFUND_DLQ_URL")?,
         clock: Box::new(SystemClock),
