@@ -4,9 +4,11 @@
 What `sam deploy` would do, without aws-sam-cli:
   1. for every AWS::Serverless::Function whose CodeUri is a local folder
      (target/lambda/<name>/), zip a `bootstrap` and upload it to an S3 bucket;
-     the bootstrap comes from --bootstrap-dir/<name> when given (host debug
-     binaries from `cargo build`), else from the CodeUri folder itself
-     (cargo lambda output);
+     the bootstrap comes from --bootstrap-dir/<name> when given (the host
+     debug binary from `cargo build`), else from the CodeUri folder itself
+     (cargo lambda output). Every function of this template runs the same
+     bootstrap (functions/bootstrap, picked by its Handler), so each distinct
+     file is zipped and uploaded once and the functions share its key;
   2. rewrite CodeUri to {Bucket, Key} and create or update the stack
      (the endpoint runs the SAM transform);
   3. wait for *_COMPLETE, print failures, write the outputs as KEY=VALUE lines.
@@ -84,14 +86,21 @@ def package(template: dict, root: str, bootstrap_dir: str | None, s3, bucket: st
         if not os.path.isfile(src):
             sys.exit(f"[deploy] {logical_id}: no bootstrap at {src} (build first)")
         jobs.append((logical_id, props, name, src))
-    # zlib releases the GIL: compress on every core.
+    # One zip and one upload per distinct file, however many functions run
+    # it; zlib releases the GIL, so several files compress on every core.
+    sources = sorted({os.path.realpath(src): name for _, _, name, src in jobs}.items())
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        blobs = list(pool.map(lambda j: zip_bootstrap(j[3]), jobs))
-    for (logical_id, props, name, src), blob in zip(jobs, blobs):
+        blobs = list(pool.map(lambda s: zip_bootstrap(s[0]), sources))
+    keys = {}
+    for (src, name), blob in zip(sources, blobs):
         key = f"{name}/{hashlib.sha256(blob).hexdigest()[:20]}.zip"
         s3.put_object(Bucket=bucket, Key=key, Body=blob)
-        log(f"{logical_id:<28} {src} -> s3://{bucket}/{key} ({len(blob) / 1e6:.1f} MB)")
-        props["CodeUri"] = {"Bucket": bucket, "Key": key}
+        log(f"{src} -> s3://{bucket}/{key} ({len(blob) / 1e6:.1f} MB)")
+        keys[src] = key
+    for logical_id, props, _, src in jobs:
+        props["CodeUri"] = {"Bucket": bucket, "Key": keys[os.path.realpath(src)]}
+    if jobs:
+        log(f"{len(jobs)} functions share {len(keys)} bootstrap(s)")
 
 
 def wait(cfn, stack: str, started: float, timeout: int) -> str:

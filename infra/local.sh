@@ -105,24 +105,26 @@ target_dir() {
   if [[ -n "${CARGO_TARGET_DIR:-}" ]]; then echo "$CARGO_TARGET_DIR"; else echo "$ROOT/target"; fi
 }
 
-# Function folders named by the template's CodeUri (target/lambda/<name>/).
-function_names() { grep -oE 'CodeUri: *target/lambda/[A-Za-z0-9_-]+' template.yaml | sed 's#.*/##'; }
+# Binaries named by the template's CodeUri folders (target/lambda/<name>/):
+# today one, `bootstrap`, which every function runs with its own Handler.
+binary_names() { grep -oE 'CodeUri: *target/lambda/[A-Za-z0-9_-]+' template.yaml | sed 's#.*/##' | sort -u; }
 
 # ---------------------------------------------------------------- build
-# One `cargo build` of the workspace (debug, host target) produces every
+# One `cargo build` of the workspace (debug, host target) produces the
 # bootstrap AND the dependency artifacts `cargo nextest run` reuses.
 # `cargo lambda build` uses --target x86_64-unknown-linux-gnu and its own
-# rustflags, i.e. a second, separate dependency build: it is kept for AWS only.
+# rustflags, i.e. a second, separate dependency build: it is kept for AWS
+# only (infra/release.sh).
 build() {
   local t0=$SECONDS
   say "building functions: cargo build --workspace --bins (debug, host)"
   cargo build --workspace --bins
   local dir missing=0 name
   dir="$(target_dir)/debug"
-  for name in $(function_names); do
+  for name in $(binary_names); do
     [[ -x "$dir/$name" ]] || { echo "  missing binary $dir/$name" >&2; missing=1; }
   done
-  (( missing == 0 )) || die "a function named in template.yaml has no binary (package/bin name must equal the CodeUri folder name)"
+  (( missing == 0 )) || die "a CodeUri folder of template.yaml has no binary (the bin name must equal the folder name)"
   ok "build done in $((SECONDS - t0))s"
 }
 

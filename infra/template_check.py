@@ -15,7 +15,9 @@ transform, for the dev and the prod parameter sets:
             SQS mapping is capped with ScalingConfig.MaximumConcurrency
   code      grep-level, the list against the Rust code: every listed call is
             made somewhere, every SDK operation the code makes is listed, and
-            a function lists no service whose client its main.rs never builds
+            a function lists no service whose client its own wiring never
+            builds (functions/bootstrap/src/<handler>.rs, the module its
+            Handler selects in the one bootstrap's main.rs)
 
 Usage: .venv/bin/python infra/template_check.py [roles|mappings|code|all]
        .venv/bin/python infra/template_check.py translate <dev|prod> [out.json]
@@ -390,6 +392,9 @@ VIA_CRATE = {"transact_write_items": "dynamodb", "send_message_batch": "sqs", "c
 # `Client::new(config).op()`, across line breaks.
 SDK_CALL = re.compile(r"(?:\bclient(?:\(\))?|\bsqs|Client::new\([^()]*\))\s*\.\s*([a-z_]+)\(\)")
 NOT_OPERATIONS = {"clone", "config"}
+# The one binary of every function and where its per-function wiring lives.
+BOOTSTRAP_SRC = "functions/bootstrap/src"
+BOOTSTRAP_MAIN = f"{BOOTSTRAP_SRC}/main.rs"
 
 
 def rust_sources(*dirs: str) -> dict[str, str]:
@@ -405,8 +410,8 @@ def rust_sources(*dirs: str) -> dict[str, str]:
 
 
 def clients_built(main: str, shared: dict[str, str]) -> set[str]:
-    """The SDK crates whose clients a function's main.rs builds, itself or
-    through a shared constructor that takes the SdkConfig."""
+    """The SDK crates whose clients a function's wiring module builds,
+    itself or through a shared constructor that takes the SdkConfig."""
     crates = set(re.findall(r"aws_sdk_([a-z0-9]+)::Client::new", main))
     for path, src in shared.items():
         imported = re.search(r"use aws_sdk_([a-z0-9]+)::(?:\{[^}]*\bClient\b|Client\b)", src)
@@ -424,7 +429,7 @@ def clients_built(main: str, shared: dict[str, str]) -> set[str]:
                 impls = re.findall(r"(?m)^impl(?:<[^>]*>)? ([A-Za-z]+)", src[: m.start()])
                 owner = impls[-1] if impls else None
             called = f"{owner}::{fn}(" if owner else None
-            if (called and called in main) or (not owner and re.search(rf"\b{fn}\(&config\)", main)):
+            if (called and called in main) or (not owner and re.search(rf"\b{fn}\(&?config\)", main)):
                 crates.update(made)
     return crates
 
@@ -443,12 +448,19 @@ def check_code() -> list[str]:
         if res is None or res["Type"] != "AWS::Serverless::Function":
             problems.append(f"iam-actions.yaml names {fn}, which is not a function of template.yaml")
             continue
-        folder = os.path.basename(res["Properties"]["CodeUri"].rstrip("/"))
-        main_path = f"functions/{folder}/src/main.rs"
+        # One bootstrap serves every function: the Handler names the
+        # function's wiring module, which main.rs must dispatch to.
+        handler = res["Properties"].get("Handler")
+        if not isinstance(handler, str):
+            problems.append(f"{fn}: no Handler of its own (it selects the function's wiring in {BOOTSTRAP_MAIN})")
+            continue
+        main_path = f"{BOOTSTRAP_SRC}/{handler.replace('-', '_')}.rs"
         main = functions.get(main_path)
         if main is None:
-            problems.append(f"{fn}: no {main_path}")
+            problems.append(f"{fn}: Handler {handler} has no wiring module {main_path}")
             continue
+        if f'"{handler}"' not in functions.get(BOOTSTRAP_MAIN, ""):
+            problems.append(f"{fn}: Handler {handler} is not a handler name of {BOOTSTRAP_MAIN}")
         crates = clients_built(main, shared)
         for resource, entries in sections["code"].items():
             for action, op in entries:

@@ -1,5 +1,6 @@
 //! Trigger adapters: decode a Lambda event, call one use case, encode the
-//! answer. `main.rs` of each function only wires these to the runtime.
+//! answer. Each function's module in `functions/bootstrap` only wires these to
+//! the runtime.
 
 pub mod api;
 pub mod batch;

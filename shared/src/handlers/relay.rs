@@ -7,7 +7,7 @@
 //! integration events ([`events_of_change`]), publish, and retry the
 //! entries the bus refused a few times within the invocation. What still
 //! fails makes the record a transient failure (and the function fails the
-//! invocation: `functions/relay`), so the mapping delivers it again and the
+//! invocation: `functions/bootstrap/src/relay.rs`), so the mapping delivers it again and the
 //! relay publishes its events again. That is safe because a
 //! record always maps to the same event ids and consumers deduplicate on
 //! them; it also means delivery is at least once, never exactly once.

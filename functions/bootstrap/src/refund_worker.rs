@@ -1,20 +1,18 @@
 //! Refund queue → each refund through the channel, with backoff.
+use aws_config::SdkConfig;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use order_core::aws::{dynamo::DynamoStore, env, queue::SqsRefundRetries, sandbox::ConfiguredChannel, sdk_config};
+use order_core::aws::{dynamo::DynamoStore, env, queue::SqsRefundRetries, sandbox::ConfiguredChannel};
 use order_core::handlers::refunds::{handle, RefundWorker};
 use order_core::ports::SystemClock;
 use serde_json::Value;
 
-#[tokio::main]
-async fn main() -> Result<(), Error> {
-    order_core::init_tracing();
-    let config = sdk_config().await;
-    let dynamo = aws_sdk_dynamodb::Client::new(&config);
+pub async fn run(config: &SdkConfig) -> Result<(), Error> {
+    let dynamo = aws_sdk_dynamodb::Client::new(config);
     let worker = RefundWorker {
         store: DynamoStore::from_env(dynamo.clone())?,
         channel: ConfiguredChannel::from_env(dynamo),
         retries: SqsRefundRetries::new(
-            aws_sdk_sqs::Client::new(&config),
+            aws_sdk_sqs::Client::new(config),
             env("REFUND_QUEUE_URL")?,
             env("REFUND_DLQ_URL")?,
         ),

@@ -1,26 +1,22 @@
 //! Rate schedule → the sweep over the due index (the backstop): overdue open
 //! orders get a close reminder, pending effects and refunds are re-driven.
+use aws_config::SdkConfig;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use order_core::aws::queue::SqsCloseReminders;
 use order_core::aws::redrive::AwsRedrive;
-use order_core::aws::{
-    dynamo::DynamoStore, env, sandbox::ConfiguredChannel, scheduler::EventBridgeWakeUps, sdk_config,
-};
+use order_core::aws::{dynamo::DynamoStore, env, sandbox::ConfiguredChannel, scheduler::EventBridgeWakeUps};
 use order_core::handlers::sweep::{config_from_env, run_sweep};
 use order_core::ports::SystemClock;
 
-#[tokio::main]
-async fn main() -> Result<(), Error> {
-    order_core::init_tracing();
-    let config = sdk_config().await;
-    let dynamo = aws_sdk_dynamodb::Client::new(&config);
-    let sqs = aws_sdk_sqs::Client::new(&config);
+pub async fn run(config: &SdkConfig) -> Result<(), Error> {
+    let dynamo = aws_sdk_dynamodb::Client::new(config);
+    let sqs = aws_sdk_sqs::Client::new(config);
     let store = DynamoStore::from_env(dynamo.clone())?;
     let redrive = AwsRedrive {
         store: store.clone(),
         // Settle only deletes schedules: target and role are never used.
         wakeups: EventBridgeWakeUps::new(
-            aws_sdk_scheduler::Client::new(&config),
+            aws_sdk_scheduler::Client::new(config),
             env("SCHEDULE_GROUP")?,
             String::new(),
             String::new(),

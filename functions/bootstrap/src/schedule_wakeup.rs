@@ -1,23 +1,21 @@
 //! OrderPlaced (effect queue) → one EventBridge Scheduler one-shot wake-up.
+use aws_config::SdkConfig;
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use order_core::aws::{dynamo::DynamoStore, env, queue::SqsCloseReminders, scheduler::EventBridgeWakeUps, sdk_config};
+use order_core::aws::{dynamo::DynamoStore, env, queue::SqsCloseReminders, scheduler::EventBridgeWakeUps};
 use order_core::handlers::{batch::each_sqs_message, effects::wake_up_message};
 use order_core::ports::SystemClock;
 
-#[tokio::main]
-async fn main() -> Result<(), Error> {
-    order_core::init_tracing();
-    let config = sdk_config().await;
-    let store = DynamoStore::from_env(aws_sdk_dynamodb::Client::new(&config))?;
+pub async fn run(config: &SdkConfig) -> Result<(), Error> {
+    let store = DynamoStore::from_env(aws_sdk_dynamodb::Client::new(config))?;
     let wakeups = EventBridgeWakeUps::new(
-        aws_sdk_scheduler::Client::new(&config),
+        aws_sdk_scheduler::Client::new(config),
         env("SCHEDULE_GROUP")?,
         env("CLOSE_QUEUE_ARN")?,
         env("SCHEDULER_ROLE_ARN")?,
     )
     .with_dead_letter(std::env::var("WAKEUP_DLQ_ARN").ok());
-    let reminders = SqsCloseReminders::new(aws_sdk_sqs::Client::new(&config), env("CLOSE_QUEUE_URL")?);
+    let reminders = SqsCloseReminders::new(aws_sdk_sqs::Client::new(config), env("CLOSE_QUEUE_URL")?);
     let (store, wakeups, reminders) = (&store, &wakeups, &reminders);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<_, Error>(

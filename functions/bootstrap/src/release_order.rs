@@ -1,15 +1,13 @@
 //! OrderClosed (effect queue) → release reservations and the coupon lock.
+use aws_config::SdkConfig;
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use order_core::aws::{dynamo::DynamoStore, sdk_config};
+use order_core::aws::dynamo::DynamoStore;
 use order_core::handlers::{batch::each_sqs_message, effects::release_message};
 use order_core::ports::SystemClock;
 
-#[tokio::main]
-async fn main() -> Result<(), Error> {
-    order_core::init_tracing();
-    let config = sdk_config().await;
-    let store = DynamoStore::from_env(aws_sdk_dynamodb::Client::new(&config))?;
+pub async fn run(config: &SdkConfig) -> Result<(), Error> {
+    let store = DynamoStore::from_env(aws_sdk_dynamodb::Client::new(config))?;
     let store = &store;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<_, Error>(

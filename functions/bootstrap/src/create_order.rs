@@ -1,15 +1,13 @@
 //! POST /orders → one transaction: order, reservations, coupon lock.
+use aws_config::SdkConfig;
 use lambda_http::{service_fn, Error};
-use order_core::aws::{dynamo::DynamoStore, env, sdk_config, seconds_env};
+use order_core::aws::{dynamo::DynamoStore, env, seconds_env};
 use order_core::ports::{RandomIds, SystemClock};
 use order_core::usecases::create_order::CreateOrder;
 
-#[tokio::main]
-async fn main() -> Result<(), Error> {
-    order_core::init_tracing();
-    let config = sdk_config().await;
+pub async fn run(config: &SdkConfig) -> Result<(), Error> {
     let uc = CreateOrder {
-        store: DynamoStore::from_env(aws_sdk_dynamodb::Client::new(&config))?,
+        store: DynamoStore::from_env(aws_sdk_dynamodb::Client::new(config))?,
         clock: Box::new(SystemClock),
         ids: Box::new(RandomIds),
         window: seconds_env("PAYMENT_WINDOW_SECONDS")?,

@@ -1,17 +1,15 @@
 //! Reconciliation, daily and on demand: returns the JSON report and emits
 //! one metric per discrepancy kind.
+use aws_config::SdkConfig;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use order_core::aws::{dynamo::DynamoStore, sandbox::ConfiguredChannel, sdk_config};
+use order_core::aws::{dynamo::DynamoStore, sandbox::ConfiguredChannel};
 use order_core::handlers::reconcile::run_reconcile;
 use order_core::ports::SystemClock;
 use order_core::usecases::reconcile::Bounds;
 use serde_json::Value;
 
-#[tokio::main]
-async fn main() -> Result<(), Error> {
-    order_core::init_tracing();
-    let config = sdk_config().await;
-    let dynamo = aws_sdk_dynamodb::Client::new(&config);
+pub async fn run(config: &SdkConfig) -> Result<(), Error> {
+    let dynamo = aws_sdk_dynamodb::Client::new(config);
     let store = DynamoStore::from_env(dynamo.clone())?;
     let channel = ConfiguredChannel::from_env(dynamo);
     let bounds = Bounds::from_env()?;

@@ -1,16 +1,14 @@
 //! GET /orders/{id}, POST /orders/{id}/payments and the /admin routes.
+use aws_config::SdkConfig;
 use lambda_http::{service_fn, Error};
 use order_core::aws::queue::SqsCloseReminders;
-use order_core::aws::{dynamo::DynamoStore, env, sandbox::ConfiguredChannel, sdk_config, seconds_env};
+use order_core::aws::{dynamo::DynamoStore, env, sandbox::ConfiguredChannel, seconds_env};
 use order_core::handlers::http::{order_api, OrderApi};
 use order_core::ports::{RandomIds, SystemClock};
 use order_core::usecases::close_order::CloseOrder;
 
-#[tokio::main]
-async fn main() -> Result<(), Error> {
-    order_core::init_tracing();
-    let config = sdk_config().await;
-    let dynamo = aws_sdk_dynamodb::Client::new(&config);
+pub async fn run(config: &SdkConfig) -> Result<(), Error> {
+    let dynamo = aws_sdk_dynamodb::Client::new(config);
     let app = OrderApi {
         store: DynamoStore::from_env(dynamo.clone())?,
         channel: ConfiguredChannel::from_env(dynamo.clone()),
@@ -20,7 +18,7 @@ async fn main() -> Result<(), Error> {
         closer: CloseOrder {
             store: DynamoStore::from_env(dynamo.clone())?,
             channel: ConfiguredChannel::from_env(dynamo.clone()),
-            reminders: SqsCloseReminders::new(aws_sdk_sqs::Client::new(&config), env("CLOSE_QUEUE_URL")?),
+            reminders: SqsCloseReminders::new(aws_sdk_sqs::Client::new(config), env("CLOSE_QUEUE_URL")?),
             clock: Box::new(SystemClock),
             lease: seconds_env("CLOSING_LEASE_SECONDS")?,
             not_found_grace: seconds_env("CHANNEL_NOT_FOUND_GRACE_SECONDS")?,

@@ -1,26 +1,22 @@
 //! OrderPaid (effect queue) → confirm reservations, use the coupon, cancel
 //! the wake-up, close the order's other open payments.
+use aws_config::SdkConfig;
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use order_core::aws::{
-    dynamo::DynamoStore, env, sandbox::ConfiguredChannel, scheduler::EventBridgeWakeUps, sdk_config,
-};
+use order_core::aws::{dynamo::DynamoStore, env, sandbox::ConfiguredChannel, scheduler::EventBridgeWakeUps};
 use order_core::handlers::{batch::each_sqs_message, effects::settle_message};
 use order_core::ports::SystemClock;
 
-#[tokio::main]
-async fn main() -> Result<(), Error> {
-    order_core::init_tracing();
-    let config = sdk_config().await;
-    let store = DynamoStore::from_env(aws_sdk_dynamodb::Client::new(&config))?;
+pub async fn run(config: &SdkConfig) -> Result<(), Error> {
+    let store = DynamoStore::from_env(aws_sdk_dynamodb::Client::new(config))?;
     // Only deletes schedules: the target and role are never used here.
     let wakeups = EventBridgeWakeUps::new(
-        aws_sdk_scheduler::Client::new(&config),
+        aws_sdk_scheduler::Client::new(config),
         env("SCHEDULE_GROUP")?,
         String::new(),
         String::new(),
     );
-    let channel = ConfiguredChannel::from_env(aws_sdk_dynamodb::Client::new(&config));
+    let channel = ConfiguredChannel::from_env(aws_sdk_dynamodb::Client::new(config));
     let (store, wakeups, channel) = (&store, &wakeups, &channel);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<_, Error>(
