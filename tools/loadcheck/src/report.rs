@@ -33,6 +33,9 @@ pub struct RunFacts {
     pub drain_notes: Vec<String>,
     pub out_dir: PathBuf,
     pub replays: usize,
+    /// The plan names of the order-level drills asked for: each must have
+    /// planted its fault on at least one accepted order.
+    pub drills_asked: Vec<&'static str>,
 }
 
 /// Nearest-rank percentile of sorted values.
@@ -213,6 +216,20 @@ pub fn report(facts: &RunFacts, rows: &[OrderRow], verdict: Result<Verdict, Stri
         code = 1;
         let _ = writeln!(s, "  {:<44} FAIL", "drained_within_timeout");
     }
+    // A pass proves only what the run did: a step that failed after its
+    // retries (a create, a payment entry, a settle) leaves its scenario
+    // unexercised, and such an order is spared the outcome check, so the
+    // run cannot pass with it.
+    if !errors.is_empty() {
+        let _ = writeln!(s, "  {:<44} FAIL ({})", "steps_made (every planned call made)", errors.len());
+        code = code.max(2);
+    }
+    for drill in &facts.drills_asked {
+        if !rows.iter().any(|r| r.plan.name() == *drill && r.driven.order_id.is_some()) {
+            let _ = writeln!(s, "  {:<44} FAIL (no accepted order planted it)", format!("{drill} exercised"));
+            code = code.max(2);
+        }
+    }
     match &verdict {
         Ok(v) => {
             let mut by_invariant: BTreeMap<&str, usize> = BTreeMap::new();
@@ -245,7 +262,7 @@ pub fn report(facts: &RunFacts, rows: &[OrderRow], verdict: Result<Verdict, Stri
             }
         }
         Err(e) => {
-            code = 2;
+            code = code.max(2);
             let _ = writeln!(s, "  the invariant check could not run: {e}");
         }
     }
@@ -401,6 +418,60 @@ pub fn verdict_only(verdict: Result<Verdict, String>) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn facts(dir: &std::path::Path, drills_asked: Vec<&'static str>) -> RunFacts {
+        let t = OffsetDateTime::now_utc();
+        RunFacts {
+            run_id: "lctest".into(),
+            rate: 1.0,
+            window: 20,
+            create_ms: vec![10],
+            first_create_to_last_s: 1.0,
+            last_expire: t,
+            stock_released_at: Some(t),
+            settled_at: t,
+            backlog_drain: None,
+            drill_notes: vec![],
+            drain_notes: vec![],
+            out_dir: dir.to_path_buf(),
+            replays: 0,
+            drills_asked,
+        }
+    }
+
+    fn row(plan: Plan, errors: Vec<String>) -> OrderRow {
+        let t = OffsetDateTime::now_utc();
+        OrderRow {
+            index: 0,
+            plan,
+            driven: Driven { order_id: Some("o1".into()), expire_at: Some(t), errors, ..Default::default() },
+            outcome: Some(OrderOutcome {
+                order_id: "o1".into(),
+                status: "CLOSED".into(),
+                expire_at: t,
+                final_at: Some(t),
+                refunds: 0,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_run_whose_calls_failed_or_whose_drill_planted_nothing_does_not_pass() {
+        use crate::scenario::{Drilled, Scenario};
+        let dir = std::env::temp_dir().join(format!("loadcheck-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let never = Plan::Mix(Scenario::NeverPaid);
+        assert_eq!(report(&facts(&dir, vec![]), &[row(never, vec![])], Ok(Verdict::default())), 0);
+        // A payment entry that failed: the scenario was not exercised.
+        let failed = row(Plan::Mix(Scenario::PaidInTime), vec!["payment entry answered 500".into()]);
+        assert_eq!(report(&facts(&dir, vec![]), &[failed], Ok(Verdict::default())), 2);
+        // A drill asked for with no order of it.
+        let asked = vec![Plan::Drill(Drilled::CrashCloser).name()];
+        assert_eq!(report(&facts(&dir, asked.clone()), &[row(never, vec![])], Ok(Verdict::default())), 2);
+        let drilled = row(Plan::Drill(Drilled::CrashCloser), vec![]);
+        assert_eq!(report(&facts(&dir, asked), &[drilled], Ok(Verdict::default())), 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn percentiles_are_nearest_rank() {

@@ -564,6 +564,19 @@ async fn run_inner(args: Args) -> Result<i32, String> {
         drain_notes,
         out_dir,
         replays: rows.iter().map(|r| r.driven.replays as usize).sum(),
+        drills_asked: [
+            (Drill::CrashCloser, Drilled::CrashCloser),
+            (Drill::ChannelTimeout, Drilled::ChannelTimeout),
+            (Drill::ChannelNotFound, Drilled::ChannelNotFound),
+            (Drill::SchedulerDown, Drilled::SchedulerDown),
+            (Drill::ReleaseFails, Drilled::ReleaseFails),
+            (Drill::SweepPause, Drilled::SweepBacklog),
+            (Drill::RelayFails, Drilled::RelayFails),
+        ]
+        .into_iter()
+        .filter(|(d, _)| args.drills.contains(d))
+        .map(|(_, o)| Plan::Drill(o).name())
+        .collect(),
     };
     Ok(report::report(&facts, &rows, verdict))
 }

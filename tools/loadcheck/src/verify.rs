@@ -75,15 +75,23 @@ pub struct Verdict {
 
 /// Every invariant [`verify`] checks, for the summary's pass/fail table
 /// (an invariant with no violation passed).
-pub const INVARIANTS: [(&str, &str); 19] = [
+pub const INVARIANTS: [(&str, &str); 21] = [
     ("order_missing", "every accepted order exists"),
     ("not_final", "every order ends PAID or CLOSED (none open, none CLOSING)"),
-    ("open_past_bound", "no order open past expire_at + the sweep's bound"),
+    ("open_past_bound", "no order open (still, or before it became final) past expire_at + the sweep's bound"),
     ("final_transitions", "exactly one final transition in each order's history, the last one"),
     ("paid_without_success", "a PAID order's paying attempt SUCCEEDED at the channel with the order's amount"),
+    (
+        "holdings_match_order",
+        "each order holds one reservation per line with the line's quantity, and the lock of its coupon",
+    ),
     ("released_on_paid", "no PAID order has a released reservation or a returned coupon"),
     ("confirmed_on_closed", "no CLOSED order has a confirmed reservation or a used coupon"),
     ("effects_pending", "every final order's reservations and coupon lock are settled and it left the due index"),
+    (
+        "unknown_released",
+        "no CLOSED order has a payment still PROCESSING at the channel or not decided in its own records",
+    ),
     ("refund_unsettled", "every refund ended REFUNDED, for the payment's amount, at the channel too"),
     ("success_unaccounted", "every channel success is the paying payment or has exactly one refund"),
     ("funds_identity", "per order: channel successes - refunds = amount (PAID) or 0 (CLOSED)"),
@@ -126,12 +134,28 @@ pub struct Records {
 /// Checks every invariant over the run's records. Call it after the drain
 /// (every order final, every effect settled), or it reports what is not.
 pub async fn verify(stack: &Stack, scope: &Scope) -> Result<Verdict, String> {
+    if let Some(problem) = scope_problem(scope) {
+        return Err(problem);
+    }
     let now = OffsetDateTime::now_utc();
     let records = load(stack, scope).await?;
     let mut verdict = check(&records, scope, now);
     dead_letters(stack, scope, &mut verdict).await?;
     reconcile(stack, scope, &mut verdict).await?;
     Ok(verdict)
+}
+
+/// Why a scope cannot stand for a run, if it cannot: a check over no
+/// orders (a `scope.json` of another shape, an empty run) finds nothing
+/// and would pass, which proves nothing.
+pub fn scope_problem(scope: &Scope) -> Option<String> {
+    if scope.orders.is_empty() {
+        return Some("the scope holds no order: there is nothing to check".into());
+    }
+    if scope.skus.is_empty() {
+        return Some("the scope holds no SKU: the stock could not be checked".into());
+    }
+    None
 }
 
 // ---------------------------------------------------------------- reading
@@ -267,6 +291,13 @@ pub fn check(records: &Records, scope: &Scope, now: OffsetDateTime) -> Verdict {
         let finals: Vec<&Value> =
             history.iter().filter(|h| matches!(h["to"].as_str(), Some("PAID" | "CLOSED"))).collect();
         let final_at = finals.first().and_then(|h| time_of(&h["at"]));
+        if let (true, Some(at)) = (is_final, final_at) {
+            // Final now, but open for too long before it got there.
+            let late = at - expire_at;
+            if late > scope.open_bound {
+                flag("open_past_bound", id, format!("became {status} {:.0} s after expire_at", late.as_seconds_f64()));
+            }
+        }
         if is_final {
             let last_to = history.last().and_then(|h| h["to"].as_str());
             if finals.len() != 1 || last_to != Some(status.as_str()) {
@@ -320,6 +351,27 @@ pub fn check(records: &Records, scope: &Scope, now: OffsetDateTime) -> Verdict {
                 _ => {}
             }
         }
+        // What it holds is what it was created with: a reservation per line
+        // (same SKU, same quantity) and the lock of its coupon. A missing or
+        // short one would let a PAID order keep goods or a discount it never
+        // took from the stock or the coupon, with every count still adding up.
+        let mut lines: BTreeMap<String, i64> = BTreeMap::new();
+        for line in order["items"].as_array().into_iter().flatten() {
+            *lines.entry(line["sku"].as_str().unwrap_or("?").to_owned()).or_default() +=
+                line["qty"].as_i64().unwrap_or(-1);
+        }
+        let mut holds: BTreeMap<String, i64> = BTreeMap::new();
+        for res in &r.reservations {
+            *holds.entry(res["sku"].as_str().unwrap_or("?").to_owned()).or_default() +=
+                res["qty"].as_i64().unwrap_or(-1);
+        }
+        if lines.is_empty() || lines != holds {
+            flag("holdings_match_order", id, format!("lines {lines:?}, reservations {holds:?}"));
+        }
+        let lock_of = r.coupon_lock.as_ref().and_then(|l| l["coupon_id"].as_str());
+        if order["coupon_id"].as_str() != lock_of {
+            flag("holdings_match_order", id, format!("coupon_id {}, coupon lock of {lock_of:?}", order["coupon_id"]));
+        }
         if is_final && !order["due_shard"].is_null() {
             flag(
                 "effects_pending",
@@ -352,6 +404,23 @@ pub fn check(records: &Records, scope: &Scope, now: OffsetDateTime) -> Verdict {
             }
         } else if paid_by.is_some() {
             flag("paid_without_success", id, format!("{status} but paid_by {paid_by:?} is set"));
+        }
+        // An order closes only once every attempt of it is decided: the
+        // close closes a processing payment at the channel (it ends FAILED
+        // there) or waits. A CLOSED order with a payment still live at the
+        // channel, or undecided in its own records, was closed on an
+        // unknown payment state.
+        if status == "CLOSED" {
+            for (pid, row) in &channel {
+                if row["status"] == "PROCESSING" {
+                    flag("unknown_released", id, format!("payment {pid} is still PROCESSING at the channel"));
+                }
+            }
+            for (pid, a) in &attempts {
+                if matches!(a["status"].as_str(), Some("PROCESSING" | "UNKNOWN")) {
+                    flag("unknown_released", id, format!("its attempt {pid} is {}", a["status"]));
+                }
+            }
         }
         for (pid, row) in &channel {
             *counts.entry(format!("channel.{}", row["status"].as_str().unwrap_or("?"))).or_default() += 1;
@@ -515,13 +584,20 @@ fn summary_of(entries: &[&Value]) -> String {
 // ---------------------------------------------------------------- queues
 
 /// The stack's dead-letter queues (stack output names).
-const DEAD_LETTER_QUEUES: [&str; 6] = [
+const DEAD_LETTER_QUEUES: [&str; 11] = [
     "CLOSE_DLQ_URL",
     "WAKEUP_DLQ_URL",
     "REFUND_DLQ_URL",
     "SWEEP_DLQ_URL",
     "STREAM_FAILURE_QUEUE_URL",
     "STREAM_DEAD_LETTER_QUEUE_URL",
+    // The effect queues' (release, settle, wake-up scheduling) and the
+    // bus's: a release or settle given up on lands here.
+    "ORDER_PLACED_QUEUE_DLQ_URL",
+    "ORDER_CLOSED_QUEUE_DLQ_URL",
+    "ORDER_PAID_QUEUE_DLQ_URL",
+    "EVENT_DELIVERY_DLQ_URL",
+    "RECONCILE_FAILURE_QUEUE_URL",
 ];
 
 /// Counts each dead-letter queue and looks through its messages for the
@@ -607,17 +683,8 @@ async fn reconcile(stack: &Stack, scope: &Scope, v: &mut Verdict) -> Result<(), 
     let Some(found) = report["discrepancies"].as_array() else {
         return Err(format!("reconcile answered without a report: {text}"));
     };
-    let stock_keys: BTreeSet<String> = scope.skus.keys().map(|s| format!("SKU#{s}/STOCK")).collect();
     for d in found {
-        let order = d["order_id"].as_str().unwrap_or_default();
-        let key = d["key"].as_str().unwrap_or_default();
-        let subject = if scope.orders.contains(order) {
-            order.to_owned()
-        } else if stock_keys.contains(key) {
-            key.to_owned()
-        } else {
-            continue;
-        };
+        let Some(subject) = reconcile_subject(d, scope) else { continue };
         let kind = d["kind"].as_str().unwrap_or("?");
         *v.counts.entry(format!("reconcile.{kind}")).or_default() += 1;
         v.violations.push(Violation {
@@ -628,6 +695,19 @@ async fn reconcile(stack: &Stack, scope: &Scope, v: &mut Verdict) -> Result<(), 
     }
     v.counts.insert("reconcile.orders_checked".into(), report["orders_checked"].as_i64().unwrap_or(0));
     Ok(())
+}
+
+/// What a reconcile discrepancy is about, if it is about the run: one of
+/// its orders, or the record of one of its SKUs or coupons.
+fn reconcile_subject(d: &Value, scope: &Scope) -> Option<String> {
+    let order = d["order_id"].as_str().unwrap_or_default();
+    let key = d["key"].as_str().unwrap_or_default();
+    if scope.orders.contains(order) {
+        return Some(order.to_owned());
+    }
+    let of_run = scope.skus.keys().any(|s| key == format!("SKU#{s}/STOCK"))
+        || scope.coupons.iter().any(|c| key == format!("COUPON#{c}/COUPON"));
+    of_run.then(|| key.to_owned())
 }
 
 #[cfg(test)]
@@ -653,6 +733,7 @@ mod tests {
             "paid".into(),
             OrderRecords {
                 order: Some(json!({"status": "PAID", "expire_at": T1, "amount_total": 2000, "currency": "EUR",
+                    "items": [{"sku": "A", "qty": 2, "unit_price": 1000}], "coupon_id": "c1",
                     "paid_by": "p1", "history": history("PAID", T0)})),
                 reservations: vec![json!({"sku": "A", "qty": 2, "status": "CONFIRMED"})],
                 coupon_lock: Some(json!({"coupon_id": "c1", "status": "USED"})),
@@ -664,7 +745,7 @@ mod tests {
             "late".into(),
             OrderRecords {
                 order: Some(json!({"status": "CLOSED", "expire_at": T1, "amount_total": 1000, "currency": "EUR",
-                    "history": history("CLOSED", T2)})),
+                    "items": [{"sku": "A", "qty": 1, "unit_price": 1000}], "history": history("CLOSED", T2)})),
                 reservations: vec![json!({"sku": "A", "qty": 1, "status": "RELEASED"})],
                 coupon_lock: None,
                 payments: vec![json!({"payment_id": "p2", "status": "SUCCEEDED", "amount": 1000})],
@@ -675,6 +756,7 @@ mod tests {
             "never".into(),
             OrderRecords {
                 order: Some(json!({"status": "CLOSED", "expire_at": T1, "amount_total": 500, "currency": "EUR",
+                    "items": [{"sku": "B", "qty": 1, "unit_price": 500}], "coupon_id": "c2",
                     "history": history("CLOSED", T2)})),
                 reservations: vec![json!({"sku": "B", "qty": 1, "status": "RELEASED"})],
                 coupon_lock: Some(json!({"coupon_id": "c2", "status": "AVAILABLE"})),
@@ -862,6 +944,104 @@ mod tests {
         let (mut r, scope) = clean();
         r.orders.get_mut("never").unwrap().order = None;
         assert_eq!(broken(&r, &scope), ["order_missing"]);
+    }
+
+    #[test]
+    fn an_order_closed_long_after_its_expiry_was_open_past_the_bound() {
+        // Final by the time the check reads it, but it sat open for ten
+        // minutes first: a violation of the bound, not only a slow figure.
+        let (mut r, scope) = clean();
+        order(&mut r, "never")["history"] = history("CLOSED", "2026-11-30T10:10:20.000Z");
+        assert_eq!(broken(&r, &scope), ["open_past_bound"]);
+        let mut wide = scope.clone();
+        wide.open_bound = Duration::from_secs(3600);
+        assert_eq!(broken(&r, &wide), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_paid_order_missing_a_reservation_or_its_coupon_lock_is_caught() {
+        // No reservation at all: the stock never gave the units, so every
+        // count still adds up; only the order's own lines tell.
+        let (mut r, scope) = clean();
+        r.orders.get_mut("paid").unwrap().reservations.clear();
+        r.stocks.insert("A".into(), Some(json!({"available": 10, "reserved": 0, "sold": 0})));
+        assert_eq!(broken(&r, &scope), ["holdings_match_order"]);
+        // A short one: 1 of the 2 units the line names.
+        let (mut r, scope) = clean();
+        r.orders.get_mut("paid").unwrap().reservations[0]["qty"] = json!(1);
+        r.stocks.insert("A".into(), Some(json!({"available": 9, "reserved": 0, "sold": 1})));
+        assert_eq!(broken(&r, &scope), ["holdings_match_order"]);
+        // The discount without the coupon's lock: c1 still AVAILABLE.
+        let (mut r, scope) = clean();
+        r.orders.get_mut("paid").unwrap().coupon_lock = None;
+        r.coupons.insert("c1".into(), Some(json!({"state": "AVAILABLE"})));
+        assert_eq!(broken(&r, &scope), ["holdings_match_order"]);
+    }
+
+    #[test]
+    fn a_closed_order_whose_payment_is_still_undecided_is_caught() {
+        let (mut r, scope) = clean();
+        r.orders.get_mut("never").unwrap().payments =
+            vec![json!({"payment_id": "p3", "status": "UNKNOWN", "amount": 500})];
+        r.ledger.push(
+            json!({"payment_id": "p3", "order_id": "never", "status": "PROCESSING", "amount": 500, "currency": "EUR"}),
+        );
+        assert_eq!(broken(&r, &scope), ["unknown_released"]);
+        // Decided FAILED on both sides: a plain unpaid close.
+        r.orders.get_mut("never").unwrap().payments[0]["status"] = json!("FAILED");
+        r.ledger.last_mut().unwrap()["status"] = json!("FAILED");
+        assert_eq!(broken(&r, &scope), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn reconcile_findings_about_the_runs_orders_skus_and_coupons_count() {
+        let (_, scope) = clean();
+        let about = |order: &str, key: &str| reconcile_subject(&json!({"order_id": order, "key": key}), &scope);
+        assert_eq!(about("never", ""), Some("never".into()));
+        assert_eq!(about("", "SKU#A/STOCK"), Some("SKU#A/STOCK".into()));
+        // An undecodable coupon row of the run is the run's finding too.
+        assert_eq!(about("", "COUPON#c1/COUPON"), Some("COUPON#c1/COUPON".into()));
+        assert_eq!(about("someone-elses", "SKU#Z/STOCK"), None);
+    }
+
+    #[test]
+    fn a_scope_with_nothing_in_it_cannot_pass() {
+        let (_, scope) = clean();
+        assert_eq!(scope_problem(&scope), None);
+        let empty = Scope { orders: BTreeSet::new(), ..scope.clone() };
+        assert!(scope_problem(&empty).is_some());
+        let no_skus = Scope { skus: BTreeMap::new(), ..scope };
+        assert!(scope_problem(&no_skus).is_some());
+    }
+
+    #[test]
+    fn every_dead_letter_queue_of_the_stack_is_looked_into() {
+        // Each queue output of the template that holds what was given up
+        // on (…DlqUrl, …DeadLetterQueueUrl, …FailureQueueUrl), by its
+        // stack.env name (infra/deploy.py's snake case).
+        let template = include_str!("../../../template.yaml");
+        let outputs = &template[template.find("\nOutputs:").expect("the template has outputs")..];
+        let mut dlqs = Vec::new();
+        for line in outputs.lines() {
+            let Some(key) = line.strip_prefix("  ").and_then(|l| l.strip_suffix(':')) else { continue };
+            if key.starts_with(' ')
+                || !(key.ends_with("DlqUrl") || key.ends_with("DeadLetterQueueUrl") || key.ends_with("FailureQueueUrl"))
+            {
+                continue;
+            }
+            let mut env = String::new();
+            for (i, c) in key.chars().enumerate() {
+                if c.is_ascii_uppercase() && i > 0 {
+                    env.push('_');
+                }
+                env.push(c.to_ascii_uppercase());
+            }
+            dlqs.push(env);
+        }
+        assert!(dlqs.len() >= 6, "{dlqs:?}");
+        for q in &dlqs {
+            assert!(DEAD_LETTER_QUEUES.contains(&q.as_str()), "{q} is never looked into");
+        }
     }
 
     #[test]
