@@ -30,7 +30,8 @@ use std::path::PathBuf;
 /// `.local/stack.env`. Every buyer, SKU and coupon carries the run id, so
 /// runs and the end-to-end tests never mix. Exits 0 when every invariant
 /// holds, 1 on a violation (printed), 2 when the run could not be made
-/// (or over 1% of the orders could not make every step of their scenario).
+/// (a planned step failed after its retries, a drill planted nothing, or
+/// the check could not run).
 #[derive(Parser, Debug, Clone)]
 #[command(name = "loadcheck", version)]
 pub struct Args {
