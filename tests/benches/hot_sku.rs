@@ -21,6 +21,7 @@
 
 use order_core::aws::dynamo::DynamoStore;
 use order_core::domain::{Sku, UserId};
+use order_core::handlers::requests::create_order;
 use order_core::ports::{RandomIds, SystemClock};
 use order_core::store::OrderStore;
 use order_core::usecases::create_order::CreateOrder;
@@ -92,7 +93,7 @@ async fn run_level(
                 n += 1;
                 let body = json!({"currency": "EUR", "items": [{"sku": sku, "qty": 1}]}).to_string();
                 let t = Instant::now();
-                match uc.execute(&buyer, Some(&unique("k")), body.as_bytes()).await {
+                match create_order(&uc, &buyer, Some(&unique("k")), body.as_bytes()).await {
                     Ok(_) => {
                         ok += 1;
                         lat.push(t.elapsed().as_secs_f64() * 1000.0);
