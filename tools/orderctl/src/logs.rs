@@ -102,13 +102,15 @@ async fn filter(
 }
 
 /// A log event as a line: the functions log JSON (`tracing`'s format:
-/// `level`, `fields.message`, other fields, and the spans' fields); any
-/// other line is shown as it is.
+/// `level`, the event's fields — at the top level, as the functions log
+/// them (flattened), or under `fields` — and the spans' fields); any other
+/// line is shown as it is.
 fn line_of(function: &str, event: &Value) -> LogLine {
     let at = event["timestamp"].as_i64().map(|ms| Timestamp::from_unix_millis(ms).to_string()).unwrap_or_default();
     let raw = event["message"].as_str().unwrap_or("").trim();
     let parsed: Value = serde_json::from_str(raw).unwrap_or(Value::Null);
-    let Some(fields) = parsed["fields"].as_object() else {
+    let flat = parsed.as_object().filter(|o| o.contains_key("level") && o.contains_key("message"));
+    let Some(fields) = parsed["fields"].as_object().or(flat) else {
         return LogLine {
             at,
             function: function.to_owned(),
@@ -122,7 +124,9 @@ fn line_of(function: &str, event: &Value) -> LogLine {
     for (k, v) in spans.iter().filter_map(Value::as_object).flatten().chain(fields.iter()) {
         // The trace id is noise here; the request id stays (a closing
         // lease's owner is the closer's request id).
-        if ["message", "order_id", "name", "xrayTraceId"].contains(&k.as_str()) {
+        if ["message", "order_id", "name", "xrayTraceId", "level", "spans", "timestamp", "target", "span"]
+            .contains(&k.as_str())
+        {
             continue;
         }
         let v = v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string());
@@ -152,6 +156,15 @@ mod tests {
         assert_eq!(l.level, "info");
         assert_eq!(l.fields, "trigger=sweep outcome=Closed");
         assert_eq!(l.at, "1970-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn a_flattened_json_line_becomes_message_and_fields() {
+        let event = json!({"timestamp": 0, "message": r#"{"level":"INFO","message":"close reminder handled","order_id":"ord_1","trigger":"sweep","outcome":"closed","spans":[{"trigger":"sweep","name":"close_message"}]}"#});
+        let l = line_of("close-order", &event);
+        assert_eq!(l.message, "close reminder handled");
+        assert_eq!(l.level, "info");
+        assert_eq!(l.fields, "trigger=sweep outcome=closed");
     }
 
     #[test]
