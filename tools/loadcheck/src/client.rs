@@ -113,9 +113,9 @@ impl Client {
     /// `send`, retried on transport errors and 5xx answers: only for
     /// requests the API makes idempotent (an `Idempotency-Key`, a read, a
     /// settle the sandbox answers the same way twice).
-    pub async fn send_retried(
+    pub async fn send_retried<'a>(
         &self,
-        auth: impl Fn() -> Auth<'static> + Clone,
+        auth: impl Fn() -> Auth<'a>,
         method: &str,
         path: &str,
         headers: &[(&str, &str)],
@@ -143,18 +143,7 @@ impl Client {
         headers: &[(&str, &str)],
         body: Option<&str>,
     ) -> Result<Reply, String> {
-        let mut last = String::new();
-        for attempt in 0..RETRIES {
-            if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(250 << attempt.min(4))).await;
-            }
-            match self.send(Auth::Buyer(buyer), method, path, headers, body).await {
-                Ok(r) if r.status < 500 => return Ok(r),
-                Ok(r) => last = format!("{method} {path}: {} {}", r.status, r.body),
-                Err(e) => last = e,
-            }
-        }
-        Err(last)
+        self.send_retried(|| Auth::Buyer(buyer), method, path, headers, body).await
     }
 
     pub async fn admin(&self, method: &str, path: &str, body: Option<&str>) -> Result<Reply, String> {
