@@ -69,18 +69,36 @@ where
     response
 }
 
-/// Processes SQS messages independently and names only the failed ones, so
-/// one bad message never makes the rest of the batch run again.
+/// How many messages of one SQS batch are handled at once. Each one is an
+/// independent, idempotent step on one order (a conditional write or a
+/// transaction decides it), so they need no order among them; handling
+/// them one after the other made a batch of ten cost ten round trips to
+/// the table in a row. Two messages about the same order in one batch (a
+/// wake-up and a sweep reminder) race like two closers do: the conditional
+/// write lets one win and the other finds the order already moved.
+pub const SQS_MESSAGES_AT_ONCE: usize = 10;
+
+/// Processes SQS messages independently (up to [`SQS_MESSAGES_AT_ONCE`] at
+/// a time) and names only the failed ones, so one bad message never makes
+/// the rest of the batch run again.
 pub async fn each_sqs_message<F, Fut, E>(event: SqsEvent, mut f: F) -> SqsBatchResponse
 where
     F: FnMut(SqsMessage) -> Fut,
     Fut: Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
-    let mut response = SqsBatchResponse::default();
-    for message in event.records {
+    use futures_util::StreamExt;
+    let handled: Vec<(String, Result<(), E>)> = futures_util::stream::iter(event.records.into_iter().map(|message| {
         let id = message.message_id.clone().unwrap_or_default();
-        if let Err(e) = f(message).await {
+        let outcome = f(message);
+        async move { (id, outcome.await) }
+    }))
+    .buffered(SQS_MESSAGES_AT_ONCE)
+    .collect()
+    .await;
+    let mut response = SqsBatchResponse::default();
+    for (id, outcome) in handled {
+        if let Err(e) = outcome {
             error!(message_id = %id, error = %e, "message failed; will be retried");
             let mut failure = BatchItemFailure::default();
             failure.item_identifier = id;
@@ -181,5 +199,63 @@ mod tests {
         let (ran, failed) = run(&sink, RecordError::Permanent("undecodable".into())).await;
         assert_eq!(ran, ["1", "2"]);
         assert_eq!(failed, ["2"], "never dropped: retried like a passing fault");
+    }
+
+    /// `n` messages with ids m0, m1, …, from the close-order fixture.
+    fn messages(n: usize) -> SqsEvent {
+        let mut event: serde_json::Value =
+            serde_json::from_str(include_str!("../../../events/close-order.json")).unwrap();
+        let one = event["Records"][0].clone();
+        event["Records"] = (0..n)
+            .map(|i| {
+                let mut m = one.clone();
+                m["messageId"] = serde_json::json!(format!("m{i}"));
+                m
+            })
+            .collect();
+        serde_json::from_value(event).unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_messages_of_a_batch_are_handled_at_the_same_time() {
+        // Every handler waits until all of them have started: handled one
+        // after the other, the first would wait for ever (the timeout fails
+        // the test instead).
+        let n = SQS_MESSAGES_AT_ONCE;
+        let all_started = std::sync::Arc::new(tokio::sync::Barrier::new(n));
+        let handled = each_sqs_message(messages(n), |_| {
+            let all_started = all_started.clone();
+            async move {
+                all_started.wait().await;
+                Ok::<(), String>(())
+            }
+        });
+        let response = tokio::time::timeout(std::time::Duration::from_secs(5), handled)
+            .await
+            .expect("the handlers ran one after the other");
+        assert!(response.batch_item_failures.is_empty());
+    }
+
+    #[tokio::test]
+    async fn only_the_failed_messages_are_named_in_batch_order_and_the_rest_run() {
+        let ran = Mutex::new(Vec::new());
+        let response = each_sqs_message(messages(25), |m| {
+            let id = m.message_id.clone().unwrap();
+            ran.lock().unwrap().push(id.clone());
+            async move {
+                // Later messages finish first, to show the answer keeps the batch's order.
+                let i: u64 = id[1..].parse().unwrap();
+                tokio::time::sleep(std::time::Duration::from_millis(30 - i)).await;
+                if i % 7 == 3 {
+                    Err(format!("{id} failed"))
+                } else {
+                    Ok(())
+                }
+            }
+        })
+        .await;
+        let failed: Vec<String> = response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect();
+        assert_eq!(failed, ["m3", "m10", "m17", "m24"]);
+        assert_eq!(ran.into_inner().unwrap().len(), 25, "every message ran, failed or not");
     }
 }

@@ -14,6 +14,7 @@
 //! - `stack`, `verify`: the stack's outputs and the invariant check.
 
 mod client;
+mod place;
 mod report;
 mod run;
 mod scenario;
@@ -57,6 +58,18 @@ pub struct Args {
     /// closes and releases); drills keep their share.
     #[arg(long)]
     pub unpaid_only: bool,
+    /// The drain benchmark's placement (3a in BENCHMARKS.md): the orders
+    /// are placed by the create use case against the stack's table from
+    /// this process instead of through the API (which cannot create 10,000
+    /// within a minute locally), each with the window that makes the
+    /// `expire_at`s spread evenly over `--expire-spread` seconds, starting
+    /// one payment window (the stack's) after the run starts. Needs
+    /// `--unpaid-only` and no drills.
+    #[arg(long, requires = "unpaid_only")]
+    pub place_direct: bool,
+    /// With `--place-direct`: the seconds the `expire_at`s spread over.
+    #[arg(long, default_value_t = 60)]
+    pub expire_spread: u64,
     /// Share of the orders each order-level drill takes (0..1).
     #[arg(long, default_value_t = 0.03)]
     pub drill_share: f64,

@@ -3,6 +3,7 @@
 //! order's own (the sweep's pause), wait for the drain, check, report.
 
 use crate::client::Client;
+use crate::place;
 use crate::report::{self, OrderRow, RunFacts};
 use crate::scenario::{self, Drilled, Driven, OrderPlan, Plan, Scenario, MIX};
 use crate::stack::Stack;
@@ -234,6 +235,11 @@ pub async fn run(args: Args) -> i32 {
 }
 
 async fn run_inner(args: Args) -> Result<i32, String> {
+    if args.place_direct && !args.drills.is_empty() {
+        return Err("--place-direct is the drain benchmark's placement: unpaid orders only, without drills \
+                    (the drills plant their faults through the API's buyers and payments)"
+            .into());
+    }
     let stack = Stack::load(&args.stack_env).await?;
     stack.export_to_env();
     let run_id = args.run_id.clone().unwrap_or_else(|| format!("lc{:06x}", rand::random::<u32>() & 0xff_ffff));
@@ -305,97 +311,129 @@ async fn run_inner(args: Args) -> Result<i32, String> {
         println!("drill sweep-pause: the sweep's schedule is disabled");
     }
 
-    // The traffic: one task per order, started at the asked rate.
     let multi = MultiProgress::with_draw_target(if args.quiet {
         ProgressDrawTarget::hidden()
     } else {
         ProgressDrawTarget::stderr()
     });
-    let created_bar = bar(&multi, plans.len() as u64, "created");
-    let done_bar = bar(&multi, plans.len() as u64, "acted");
-    let opts = Arc::new(scenario::DriveOptions { channel_outage: Duration::from_secs(args.channel_outage) });
     let t_traffic = Instant::now();
-    // The emulator restart comes when half the orders are created.
-    let created_count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let restart = restart_emulator.then(|| {
-        let created_count = created_count.clone();
-        let half = plans.len() / 2;
-        let root = args.stack_env.canonicalize().ok().and_then(|p| p.parent()?.parent().map(PathBuf::from));
-        tokio::spawn(async move {
-            while created_count.load(std::sync::atomic::Ordering::Relaxed) < half {
-                tokio::time::sleep(Duration::from_millis(200)).await;
+    let (driven, last_create, restart_note) = if args.place_direct {
+        let buyers: BTreeMap<String, String> = {
+            let mut m = BTreeMap::new();
+            for b in plans.iter().map(|p| p.buyer.clone()).collect::<BTreeSet<_>>() {
+                let id = client.sign_in(&b).await?;
+                m.insert(b, id);
             }
-            let at = OffsetDateTime::now_utc();
-            let t = Instant::now();
-            let out = tokio::task::spawn_blocking(move || {
-                let root = root.ok_or("the repository root (the stack file's folder's parent) is unknown")?;
-                std::process::Command::new(root.join("infra/local.sh"))
-                    .arg("restart")
-                    .current_dir(&root)
-                    .output()
-                    .map_err(|e| format!("infra/local.sh restart: {e}"))
-            })
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r.map_err(|e| e.to_string()));
-            let took = t.elapsed().as_secs_f64();
-            match out {
-                Ok(o) if o.status.success() => Ok((at, took)),
-                Ok(o) => Err(format!(
-                    "infra/local.sh restart failed ({}): {}{}",
-                    o.status,
-                    String::from_utf8_lossy(&o.stdout),
-                    String::from_utf8_lossy(&o.stderr)
-                )),
-                Err(e) => Err(e),
-            }
-        })
-    });
-    let mut tasks = tokio::task::JoinSet::new();
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate.max(0.1)));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let created_at_end = Arc::new(std::sync::Mutex::new(Vec::<(usize, u64)>::new()));
-    for p in plans.iter().cloned() {
-        tick.tick().await;
-        let (client, opts, created_bar, done_bar) =
-            (client.clone(), opts.clone(), created_bar.clone(), done_bar.clone());
-        let ends = created_at_end.clone();
-        let created_count = created_count.clone();
-        let t0 = t_traffic;
-        tasks.spawn(async move {
-            let on_created = || {
-                created_count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                created_bar.inc(1);
-                ends.lock().unwrap().push((p.index, t0.elapsed().as_millis() as u64));
-            };
-            let d = scenario::drive(&client, &p, &opts, &on_created).await;
-            done_bar.inc(1);
-            (p.index, d)
-        });
-    }
-    let mut driven: Vec<Option<Driven>> = vec![None; plans.len()];
-    while let Some(joined) = tasks.join_next().await {
-        match joined {
-            Ok((i, d)) => driven[i] = Some(d),
-            Err(e) => eprintln!("an order's driver failed: {e}"),
-        }
-    }
-    created_bar.finish();
-    done_bar.finish();
-    let mut restart_note = None;
-    if let Some(task) = restart {
-        let note = match task.await {
-            Ok(Ok((at, took))) => format!(
-                "drill emulator-restart: ministack stopped and started again with its state at {} ({took:.1} s), \
-                 half the orders created; calls in flight then were retried",
-                at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
-            ),
-            Ok(Err(e)) => return Err(format!("drill emulator-restart: {e}")),
-            Err(e) => return Err(format!("drill emulator-restart: {e}")),
+            m
         };
-        println!("{note}");
-        restart_note = Some(note);
-    }
+        let first_expire = OffsetDateTime::now_utc() + Duration::from_secs(window);
+        let rule_version = format!("window-{window}s");
+        let placed_bar = bar(&multi, plans.len() as u64, "placed");
+        let placed = place::place_direct(
+            &stack,
+            &plans,
+            &buyers,
+            &place::Timing {
+                first_expire,
+                spread: Duration::from_secs(args.expire_spread),
+                concurrency: args.concurrency,
+            },
+            &rule_version,
+            &placed_bar,
+        )
+        .await?;
+        placed_bar.finish();
+        let last = t_traffic.elapsed().as_millis() as u64;
+        (placed.into_iter().map(Some).collect::<Vec<_>>(), last, None)
+    } else {
+        // The traffic: one task per order, started at the asked rate.
+        let created_bar = bar(&multi, plans.len() as u64, "created");
+        let done_bar = bar(&multi, plans.len() as u64, "acted");
+        let opts = Arc::new(scenario::DriveOptions { channel_outage: Duration::from_secs(args.channel_outage) });
+        // The emulator restart comes when half the orders are created.
+        let created_count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let restart = restart_emulator.then(|| {
+            let created_count = created_count.clone();
+            let half = plans.len() / 2;
+            let root = args.stack_env.canonicalize().ok().and_then(|p| p.parent()?.parent().map(PathBuf::from));
+            tokio::spawn(async move {
+                while created_count.load(std::sync::atomic::Ordering::Relaxed) < half {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                let at = OffsetDateTime::now_utc();
+                let t = Instant::now();
+                let out = tokio::task::spawn_blocking(move || {
+                    let root = root.ok_or("the repository root (the stack file's folder's parent) is unknown")?;
+                    std::process::Command::new(root.join("infra/local.sh"))
+                        .arg("restart")
+                        .current_dir(&root)
+                        .output()
+                        .map_err(|e| format!("infra/local.sh restart: {e}"))
+                })
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
+                let took = t.elapsed().as_secs_f64();
+                match out {
+                    Ok(o) if o.status.success() => Ok((at, took)),
+                    Ok(o) => Err(format!(
+                        "infra/local.sh restart failed ({}): {}{}",
+                        o.status,
+                        String::from_utf8_lossy(&o.stdout),
+                        String::from_utf8_lossy(&o.stderr)
+                    )),
+                    Err(e) => Err(e),
+                }
+            })
+        });
+        let mut tasks = tokio::task::JoinSet::new();
+        let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate.max(0.1)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+        let created_at_end = Arc::new(std::sync::Mutex::new(Vec::<(usize, u64)>::new()));
+        for p in plans.iter().cloned() {
+            tick.tick().await;
+            let (client, opts, created_bar, done_bar) =
+                (client.clone(), opts.clone(), created_bar.clone(), done_bar.clone());
+            let ends = created_at_end.clone();
+            let created_count = created_count.clone();
+            let t0 = t_traffic;
+            tasks.spawn(async move {
+                let on_created = || {
+                    created_count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    created_bar.inc(1);
+                    ends.lock().unwrap().push((p.index, t0.elapsed().as_millis() as u64));
+                };
+                let d = scenario::drive(&client, &p, &opts, &on_created).await;
+                done_bar.inc(1);
+                (p.index, d)
+            });
+        }
+        let mut driven: Vec<Option<Driven>> = vec![None; plans.len()];
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok((i, d)) => driven[i] = Some(d),
+                Err(e) => eprintln!("an order's driver failed: {e}"),
+            }
+        }
+        created_bar.finish();
+        done_bar.finish();
+        let mut restart_note = None;
+        if let Some(task) = restart {
+            let note = match task.await {
+                Ok(Ok((at, took))) => format!(
+                    "drill emulator-restart: ministack stopped and started again with its state at {} ({took:.1} s), \
+                     half the orders created; calls in flight then were retried",
+                    at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+                ),
+                Ok(Err(e)) => return Err(format!("drill emulator-restart: {e}")),
+                Err(e) => return Err(format!("drill emulator-restart: {e}")),
+            };
+            println!("{note}");
+            restart_note = Some(note);
+        }
+        let last = created_at_end.lock().unwrap().iter().map(|(_, t)| *t).max().unwrap_or(0);
+        (driven, last, restart_note)
+    };
     let traffic_secs = t_traffic.elapsed().as_secs_f64();
 
     let mut scope = Scope { skus: skus.clone(), coupons: coupons.clone(), ..Default::default() };
@@ -407,7 +445,6 @@ async fn run_inner(args: Args) -> Result<i32, String> {
         }
     }
     let create_ms: Vec<u64> = driven.iter().flatten().filter_map(|d| d.create_ms).collect();
-    let last_create = created_at_end.lock().unwrap().iter().map(|(_, t)| *t).max().unwrap_or(0);
     println!(
         "traffic: {} orders accepted in {:.1} s of scenario time; creates done {:.1} s after the first started",
         scope.orders.len(),
