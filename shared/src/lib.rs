@@ -13,7 +13,8 @@
 //! - [`usecases`]: one per trigger (create, schedule wake-up, close,
 //!   release/settle, payments, refunds, reconcile, queries), generic over
 //!   the ports.
-//! - [`aws`]: DynamoDB, Scheduler and SQS adapters.
+//! - [`aws`]: DynamoDB, Scheduler and SQS adapters, and the SigV4 signer of
+//!   the HTTP calls made without an SDK client.
 //! - [`http`] and [`error`]: the single mapping from errors to HTTP.
 //! - [`handlers`]: decode a Lambda trigger, call one use case, encode. For
 //!   HTTP, `handlers::requests` parses a request into the use case's typed

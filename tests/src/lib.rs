@@ -403,7 +403,8 @@ impl Api {
 }
 
 /// SigV4 headers for a request to the local stack (the emulator checks that
-/// IAM routes are signed, as AWS does, not by whom).
+/// IAM routes are signed, as AWS does, not by whom), with dummy credentials
+/// (the signer is the domain crate's, the one `orderctl` uses).
 pub fn sigv4(
     method: &str,
     url: &str,
@@ -411,27 +412,12 @@ pub fn sigv4(
     body: &[u8],
     service: &str,
 ) -> Vec<(String, String)> {
-    use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
-    use aws_sigv4::sign::v4;
-    let identity = aws_credential_types::Credentials::new("test", "test", None, None, "tests").into();
-    let params = v4::SigningParams::builder()
-        .identity(&identity)
-        .region(REGION)
-        .name(service)
-        .time(std::time::SystemTime::now())
-        .settings(SigningSettings::default())
-        .build()
-        .unwrap()
-        .into();
-    let signable = SignableRequest::new(
-        method,
-        url,
-        headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-        SignableBody::Bytes(body),
-    )
-    .unwrap();
-    let (instructions, _) = sign(signable, &params).unwrap().into_parts();
-    instructions.headers().map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+    use order_core::aws::sigv4::{signing_headers, Request};
+    let credentials = aws_credential_types::Credentials::new("test", "test", None, None, "tests");
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let request = Request { method, url, headers: &headers, body };
+    signing_headers(&credentials, REGION, service, request, std::time::SystemTime::now())
+        .unwrap_or_else(|e| panic!("signing {method} {url}: {e}"))
 }
 
 /// Invokes a deployed function synchronously through the Lambda API.

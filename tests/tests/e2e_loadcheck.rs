@@ -74,6 +74,13 @@ async fn a_small_loadcheck_with_two_drills_holds_every_invariant_and_a_tampered_
     {
         assert!(stdout.lines().any(|l| l.starts_with(scenario)), "the summary has a line for {scenario}");
     }
+    // The relay drill was checked at a subscriber of the bus, not skipped:
+    // its orders' final events were counted there.
+    assert!(
+        stdout.lines().any(|l| l.trim_start().starts_with("final_event_undelivered") && l.contains(" pass ")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("events.OrderClosed="), "{stdout}");
     for file in ["delays.csv", "delays.png", "scope.json", "summary.txt"] {
         assert!(out.join(file).exists(), "{file} written");
     }
@@ -90,5 +97,79 @@ async fn a_small_loadcheck_with_two_drills_holds_every_invariant_and_a_tampered_
     tamper_stock(&sku, -1).await;
     assert_eq!(code, 1, "a tampered stock record fails the check");
     assert!(stdout.contains("VIOLATION") && stdout.contains(&sku), "{stdout}");
+    // The run removed its subscriber queue when it ended: the re-check says
+    // it skipped that invariant rather than passing it.
+    assert!(stdout.contains("final_event_undelivered skipped"), "{stdout}");
+
+    // A relay batch given up on (the mapping's on-failure record: a shard
+    // and sequence numbers, no order id) arrives after the run started: the
+    // check must fail on it. Against a scope that started after the message
+    // was sent, the same message is someone else's and the check passes,
+    // which shows the message's SentTimestamp is what decides.
+    let mut later = scope.clone();
+    let later_path = out.join("scope-later.json");
+    let planted = StreamFailure::plant().await;
+    let (code, stdout) = run(&["--check", scope_path.to_str().unwrap()]);
+    let in_a_minute = time::OffsetDateTime::now_utc() + time::Duration::minutes(1);
+    later["started_at"] = in_a_minute.format(&time::format_description::well_known::Rfc3339).unwrap().into();
+    std::fs::write(&later_path, later.to_string()).unwrap();
+    let (later_code, later_stdout) = run(&["--check", later_path.to_str().unwrap()]);
+    planted.remove().await;
+    assert_eq!(code, 1, "a stream failure during the run fails the check");
+    assert!(stdout.contains("VIOLATION stream_failure STREAM_FAILURE_QUEUE_URL"), "{stdout}");
+    assert!(stdout.contains("shardId-e2e"), "the finding says what the message says: {stdout}");
+    assert_eq!(later_code, 0, "a message sent before the scope's start is not the run's: {later_stdout}");
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A stream-failure-shaped message on the stack's `StreamFailureQueue`,
+/// taken off again afterwards (other runs on the stack must not see it).
+struct StreamFailure {
+    sqs: aws_sdk_sqs::Client,
+    url: String,
+    body: String,
+}
+
+impl StreamFailure {
+    async fn plant() -> Self {
+        let sqs = aws_sdk_sqs::Client::new(&stack_config().await);
+        let url = stack_env("STREAM_FAILURE_QUEUE_URL");
+        let body = serde_json::json!({
+            "requestContext": {"condition": "RecordAgeExceeded", "functionArn": unique("lc-relay")},
+            "DDBStreamBatchInfo": {"shardId": "shardId-e2e", "startSequenceNumber": "1", "endSequenceNumber": "2",
+                "batchSize": 2, "approximateArrivalOfFirstRecord": "2026-11-30T00:00:00Z"}
+        })
+        .to_string();
+        sqs.send_message().queue_url(&url).message_body(&body).send().await.expect("planting a stream failure");
+        Self { sqs, url, body }
+    }
+
+    async fn remove(self) {
+        // The check only peeked (visibility 0), so the message is there.
+        for _ in 0..20 {
+            let got = self
+                .sqs
+                .receive_message()
+                .queue_url(&self.url)
+                .max_number_of_messages(10)
+                .send()
+                .await
+                .expect("receive");
+            let mut removed = false;
+            for m in got.messages().iter().filter(|m| m.body() == Some(self.body.as_str())) {
+                self.sqs
+                    .delete_message()
+                    .queue_url(&self.url)
+                    .receipt_handle(m.receipt_handle().unwrap())
+                    .send()
+                    .await
+                    .expect("removing the planted message");
+                removed = true;
+            }
+            if removed {
+                return;
+            }
+        }
+        panic!("the planted stream failure message was not found again");
+    }
 }

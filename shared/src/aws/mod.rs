@@ -8,6 +8,7 @@ pub mod queue;
 pub mod redrive;
 pub mod sandbox;
 pub mod scheduler;
+pub mod sigv4;
 
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
 

@@ -12,6 +12,7 @@
 //!   (the sweep's pause), the drain wait.
 //! - `report`: the summary table, the CSV and the PNG histogram.
 //! - `stack`, `verify`: the stack's outputs and the invariant check.
+//! - `subscriber`: the run's own queue on the order event bus (`relay-fails`).
 
 mod client;
 mod place;
@@ -19,6 +20,7 @@ mod report;
 mod run;
 mod scenario;
 mod stack;
+mod subscriber;
 mod verify;
 
 use clap::{Parser, ValueEnum};

@@ -238,11 +238,15 @@ pub fn report(facts: &RunFacts, rows: &[OrderRow], verdict: Result<Verdict, Stri
             }
             // Every invariant by name, so a pass says what was checked.
             for (inv, what) in crate::verify::INVARIANTS {
-                let verdict = match by_invariant.get(inv) {
-                    Some(n) => format!("FAIL ({n})"),
-                    None => "pass".to_owned(),
+                let verdict = match (by_invariant.get(inv), v.skipped.contains_key(inv)) {
+                    (Some(n), _) => format!("FAIL ({n})"),
+                    (None, true) => "skipped".to_owned(),
+                    (None, false) => "pass".to_owned(),
                 };
                 let _ = writeln!(s, "  {inv:<44} {verdict:<10} {what}");
+            }
+            for (inv, why) in &v.skipped {
+                let _ = writeln!(s, "{inv} skipped: {why}");
             }
             if !v.violations.is_empty() {
                 code = 1;
@@ -396,6 +400,9 @@ pub fn verdict_only(verdict: Result<Verdict, String>) -> i32 {
         Ok(v) => {
             for violation in &v.violations {
                 println!("VIOLATION {} {}: {}", violation.invariant, violation.subject, violation.detail);
+            }
+            for (inv, why) in &v.skipped {
+                println!("{inv} skipped: {why}");
             }
             println!(
                 "{} orders checked, {} violations; result: {}",

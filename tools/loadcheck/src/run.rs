@@ -7,6 +7,7 @@ use crate::place;
 use crate::report::{self, OrderRow, RunFacts};
 use crate::scenario::{self, Drilled, Driven, OrderPlan, Plan, Scenario, MIX};
 use crate::stack::Stack;
+use crate::subscriber;
 use crate::verify::{self, OrderOutcome, Scope};
 use crate::{Args, Drill};
 use futures_util::StreamExt;
@@ -254,7 +255,8 @@ async fn run_inner(args: Args) -> Result<i32, String> {
     std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
 
     let create_estimate = (args.orders as f64 / args.rate.max(0.1)).ceil() as i64;
-    let started_unix = OffsetDateTime::now_utc().unix_timestamp();
+    let started_at = OffsetDateTime::now_utc();
+    let started_unix = started_at.unix_timestamp();
     // Buyer names are fixed before the traffic (they sign in first), so the
     // release's outage ends at a time planned from the asked rate, with
     // room for a stack slower than asked.
@@ -304,6 +306,22 @@ async fn run_inner(args: Args) -> Result<i32, String> {
         coupons.len(),
         t_setup.elapsed().as_secs_f64()
     );
+
+    // The relay-fails drill is checked by what a subscriber of the bus got
+    // too: the run subscribes a queue of its own to the drill's buyers.
+    let relay_subscriber = if args.drills.contains(&Drill::RelayFails) {
+        let made =
+            subscriber::subscribe(&stack, &format!("lc-{run_id}-events"), &format!("fault-relay-{run_id}-")).await?;
+        if made.is_none() {
+            let why = "relay-fails: the stack names no order event bus (ORDER_EVENT_BUS_NAME), so no subscriber \
+                       queue can show its events: checked by its effects only";
+            println!("{why}");
+            drill_notes.push(why.to_owned());
+        }
+        made
+    } else {
+        None
+    };
 
     let sweep_paused = args.drills.contains(&Drill::SweepPause);
     if sweep_paused {
@@ -436,11 +454,20 @@ async fn run_inner(args: Args) -> Result<i32, String> {
     };
     let traffic_secs = t_traffic.elapsed().as_secs_f64();
 
-    let mut scope = Scope { skus: skus.clone(), coupons: coupons.clone(), ..Default::default() };
+    let mut scope = Scope {
+        skus: skus.clone(),
+        coupons: coupons.clone(),
+        started_at: Some(started_at),
+        event_queue_url: relay_subscriber.as_ref().map(|s| s.queue_url.clone()),
+        ..Default::default()
+    };
     let mut expire: BTreeMap<String, (OffsetDateTime, usize)> = BTreeMap::new();
     for (i, d) in driven.iter().enumerate() {
         if let Some(Driven { order_id: Some(id), expire_at: Some(e), .. }) = d {
             scope.orders.insert(id.clone());
+            if plans[i].plan == Plan::Drill(Drilled::RelayFails) {
+                scope.relay_orders.insert(id.clone());
+            }
             expire.insert(id.clone(), (*e, i));
         }
     }
@@ -562,6 +589,11 @@ async fn run_inner(args: Args) -> Result<i32, String> {
         + Duration::from_secs(args.channel_outage);
     write_scope(&out_dir.join("scope.json"), &scope)?;
     let verdict = verify::verify(&stack, &scope).await;
+    if let Some(sub) = relay_subscriber {
+        if let Err(e) = sub.remove(&stack).await {
+            eprintln!("loadcheck: {e}");
+        }
+    }
 
     let own: Vec<OrderOutcome> =
         expire.iter().filter_map(|(id, (e, _))| views.get(id).map(|v| outcome_of(v, *e))).collect();
@@ -623,6 +655,8 @@ fn write_scope(path: &std::path::Path, scope: &Scope) -> Result<(), String> {
     let v = json!({
         "orders": scope.orders, "skus": scope.skus, "coupons": scope.coupons,
         "open_bound_seconds": scope.open_bound.as_secs(),
+        "started_at": scope.started_at.and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok()),
+        "relay_orders": scope.relay_orders, "event_queue_url": scope.event_queue_url,
     });
     std::fs::write(path, serde_json::to_string_pretty(&v).unwrap_or_default())
         .map_err(|e| format!("{}: {e}", path.display()))
@@ -644,6 +678,11 @@ fn read_scope(path: &std::path::Path) -> Result<Scope, String> {
             .collect(),
         coupons: strings("coupons"),
         open_bound: Duration::from_secs(v["open_bound_seconds"].as_u64().unwrap_or(300)),
+        started_at: v["started_at"]
+            .as_str()
+            .and_then(|t| OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()),
+        relay_orders: strings("relay_orders"),
+        event_queue_url: v["event_queue_url"].as_str().map(str::to_owned),
     })
 }
 

@@ -32,6 +32,18 @@ pub struct Scope {
     /// a violation: the sweep's period + grace + the CLOSING lease, and the
     /// run's own slack.
     pub open_bound: Duration,
+    /// When the run started (before its setup). A message on a stream
+    /// failure queue sent after it is the run's finding: such a message
+    /// names a shard and sequence numbers, never an order, so the time is
+    /// all that ties it to the run. None (a `scope.json` from before this
+    /// was recorded): the earliest `created_at` of the run's orders.
+    pub started_at: Option<OffsetDateTime>,
+    /// The orders of the `relay-fails` drill: each one's final event must
+    /// reach the run's own subscriber queue.
+    pub relay_orders: BTreeSet<String>,
+    /// That queue (the run subscribes it to the order event bus for the
+    /// drill's buyers), if the run made one.
+    pub event_queue_url: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,11 +83,14 @@ pub struct Verdict {
     /// Figures for the summary: e.g. `orders.PAID`, `refunds.REFUNDED`,
     /// `channel.successes`, `dlq.<name>`, `reconcile.<kind>`.
     pub counts: BTreeMap<String, i64>,
+    /// Invariants that could not be checked on this stack, with why (the
+    /// summary says "skipped", not "pass").
+    pub skipped: BTreeMap<&'static str, String>,
 }
 
 /// Every invariant [`verify`] checks, for the summary's pass/fail table
 /// (an invariant with no violation passed).
-pub const INVARIANTS: [(&str, &str); 21] = [
+pub const INVARIANTS: [(&str, &str); 25] = [
     ("order_missing", "every accepted order exists"),
     ("not_final", "every order ends PAID or CLOSED (none open, none CLOSING)"),
     ("open_past_bound", "no order open (still, or before it became final) past expire_at + the sweep's bound"),
@@ -103,6 +118,19 @@ pub const INVARIANTS: [(&str, &str); 21] = [
     ("coupon_conservation", "each USED coupon is used by exactly one PAID order, and no other coupon is"),
     ("coupon_left_locked", "no coupon of the run is left LOCKED"),
     ("dead_letter", "no dead-letter queue holds a message about an order of the run"),
+    (
+        "stream_failure",
+        "no stream failure queue got a message (shard and sequence numbers, no order id) after the run started",
+    ),
+    (
+        "final_event_undelivered",
+        "each relay-fails order's final event (OrderPaid / OrderClosed) reached a subscriber's queue at least once",
+    ),
+    ("coupon_locks_per_order", "an order holds at most one coupon lock (RES#COUPON#… row)"),
+    (
+        "holding_status_unknown",
+        "every reservation is RESERVED, RELEASED or CONFIRMED; every coupon lock LOCKED, AVAILABLE, EXPIRED, VOID or USED",
+    ),
     ("reconcile", "reconciliation reports nothing about the run's orders and SKUs"),
     ("ledger_unknown_order", "no channel payment names an order of the run that has no attempt for it"),
     ("record_undecodable", "every record of the run has the attributes its kind needs"),
@@ -113,14 +141,15 @@ pub const INVARIANTS: [(&str, &str); 21] = [
 pub struct OrderRecords {
     pub order: Option<Value>,
     pub reservations: Vec<Value>,
-    pub coupon_lock: Option<Value>,
+    /// Every `RES#COUPON#…` row (one at most, or an invariant is broken).
+    pub coupon_locks: Vec<Value>,
     pub payments: Vec<Value>,
     pub refunds: Vec<Value>,
 }
 
 /// Everything the check reads: the run's orders with what they hold, its
 /// SKUs and coupons, and the channel's ledger rows for its orders.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Records {
     pub orders: BTreeMap<String, OrderRecords>,
     /// SKU → its stock row (None: missing).
@@ -129,6 +158,37 @@ pub struct Records {
     pub coupons: BTreeMap<String, Option<Value>>,
     /// Ledger rows whose `order_id` is an order of the run.
     pub ledger: Vec<Value>,
+    /// Every message seen on the stack's dead-letter queues.
+    pub dead_letters: Vec<DeadLetter>,
+    /// Each dead-letter queue's depth when it was read.
+    pub dlq_depths: BTreeMap<&'static str, i64>,
+    /// The order events (EventBridge envelopes) the run's subscriber queue
+    /// received; `Err(why)` when they could not be read.
+    pub delivered_events: Result<Vec<Value>, String>,
+}
+
+impl Default for Records {
+    fn default() -> Self {
+        Self {
+            orders: BTreeMap::new(),
+            stocks: BTreeMap::new(),
+            coupons: BTreeMap::new(),
+            ledger: Vec::new(),
+            dead_letters: Vec::new(),
+            dlq_depths: BTreeMap::new(),
+            delivered_events: Ok(Vec::new()),
+        }
+    }
+}
+
+/// One message peeked on a dead-letter queue.
+#[derive(Debug, Clone)]
+pub struct DeadLetter {
+    /// The queue's stack output name (`STREAM_FAILURE_QUEUE_URL`, …).
+    pub queue: &'static str,
+    /// Its `SentTimestamp` (when it was put on the queue).
+    pub sent_at: Option<OffsetDateTime>,
+    pub body: String,
 }
 
 /// Checks every invariant over the run's records. Call it after the drain
@@ -138,9 +198,10 @@ pub async fn verify(stack: &Stack, scope: &Scope) -> Result<Verdict, String> {
         return Err(problem);
     }
     let now = OffsetDateTime::now_utc();
-    let records = load(stack, scope).await?;
+    let mut records = load(stack, scope).await?;
+    (records.dead_letters, records.dlq_depths) = dead_letters(stack).await?;
+    records.delivered_events = delivered_events(stack, scope).await;
     let mut verdict = check(&records, scope, now);
-    dead_letters(stack, scope, &mut verdict).await?;
     reconcile(stack, scope, &mut verdict).await?;
     Ok(verdict)
 }
@@ -192,7 +253,7 @@ async fn load(stack: &Stack, scope: &Scope) -> Result<Records, String> {
             }
         }
     }
-    Ok(Records { orders, stocks, coupons, ledger })
+    Ok(Records { orders, stocks, coupons, ledger, ..Records::default() })
 }
 
 async fn order_records(db: &aws_sdk_dynamodb::Client, table: &str, id: &str) -> Result<OrderRecords, String> {
@@ -214,7 +275,7 @@ async fn order_records(db: &aws_sdk_dynamodb::Client, table: &str, id: &str) -> 
         } else if sk.starts_with("RES#STOCK#") {
             r.reservations.push(row);
         } else if sk.starts_with("RES#COUPON#") {
-            r.coupon_lock = Some(row);
+            r.coupon_locks.push(row);
         } else if sk.starts_with("PAY#") {
             r.payments.push(row);
         } else if sk.starts_with("REFUND#") {
@@ -246,9 +307,11 @@ fn to_json(item: HashMap<String, AttributeValue>) -> Value {
 /// The checks over what was read; `now` bounds "open too long".
 pub fn check(records: &Records, scope: &Scope, now: OffsetDateTime) -> Verdict {
     let mut v = Verdict::default();
+    let mut violations = Vec::new();
     let mut flag = |invariant: &'static str, subject: &str, detail: String| {
-        v.violations.push(Violation { invariant, subject: subject.to_owned(), detail });
+        violations.push(Violation { invariant, subject: subject.to_owned(), detail });
     };
+    let mut skipped = BTreeMap::new();
     let mut outcomes = Vec::new();
     let mut counts: BTreeMap<String, i64> = BTreeMap::new();
     // Per SKU: quantities RESERVED / CONFIRMED over the run's orders.
@@ -319,6 +382,9 @@ pub fn check(records: &Records, scope: &Scope, now: OffsetDateTime) -> Verdict {
             let sku = res["sku"].as_str().unwrap_or_default().to_owned();
             let qty = res["qty"].as_i64().unwrap_or(0);
             let rs = res["status"].as_str().unwrap_or("?");
+            if !RESERVATION_STATUSES.contains(&rs) {
+                flag("holding_status_unknown", id, format!("reservation of {sku} has status {}", res["status"]));
+            }
             let e = held.entry(sku.clone()).or_default();
             match rs {
                 "RESERVED" => e.0 += qty,
@@ -334,9 +400,16 @@ pub fn check(records: &Records, scope: &Scope, now: OffsetDateTime) -> Verdict {
                 _ => {}
             }
         }
-        if let Some(lock) = &r.coupon_lock {
+        if r.coupon_locks.len() > 1 {
+            let held: Vec<&str> = r.coupon_locks.iter().map(|l| l["coupon_id"].as_str().unwrap_or("?")).collect();
+            flag("coupon_locks_per_order", id, format!("{} coupon locks: {held:?}", held.len()));
+        }
+        for lock in &r.coupon_locks {
             let coupon = lock["coupon_id"].as_str().unwrap_or_default().to_owned();
             let ls = lock["status"].as_str().unwrap_or("?");
+            if !COUPON_LOCK_STATUSES.contains(&ls) {
+                flag("holding_status_unknown", id, format!("coupon lock of {coupon} has status {}", lock["status"]));
+            }
             if ls == "USED" {
                 used_by.entry(coupon.clone()).or_default().push(id.clone());
             }
@@ -368,7 +441,7 @@ pub fn check(records: &Records, scope: &Scope, now: OffsetDateTime) -> Verdict {
         if lines.is_empty() || lines != holds {
             flag("holdings_match_order", id, format!("lines {lines:?}, reservations {holds:?}"));
         }
-        let lock_of = r.coupon_lock.as_ref().and_then(|l| l["coupon_id"].as_str());
+        let lock_of = r.coupon_locks.first().and_then(|l| l["coupon_id"].as_str());
         if order["coupon_id"].as_str() != lock_of {
             flag("holdings_match_order", id, format!("coupon_id {}, coupon lock of {lock_of:?}", order["coupon_id"]));
         }
@@ -553,9 +626,130 @@ pub fn check(records: &Records, scope: &Scope, now: OffsetDateTime) -> Verdict {
         }
     }
 
+    check_dead_letters(records, scope, &mut flag, &mut counts);
+    check_final_events(records, scope, &mut flag, &mut counts, &mut skipped);
+
     v.orders = outcomes;
     v.counts = counts;
+    v.skipped = skipped;
+    v.violations = violations;
     v
+}
+
+/// The statuses a reservation row can have (`ReservationStatus`,
+/// infra/data-model.md), written out here rather than decoded with the
+/// domain's type so that a row the domain would refuse is seen as such.
+const RESERVATION_STATUSES: [&str; 3] = ["RESERVED", "RELEASED", "CONFIRMED"];
+/// The statuses a coupon lock row can have (`CouponLockStatus`).
+const COUPON_LOCK_STATUSES: [&str; 5] = ["LOCKED", "AVAILABLE", "EXPIRED", "VOID", "USED"];
+
+/// Dead letters: any message naming an order of the run; and any message on
+/// a stream failure queue put there after the run started, whatever it
+/// names (the mapping's on-failure record carries a shard and sequence
+/// numbers, not an order id, so it cannot be matched to an order: each
+/// such record is an event or an effect the run may have lost).
+fn check_dead_letters(
+    records: &Records,
+    scope: &Scope,
+    flag: &mut impl FnMut(&'static str, &str, String),
+    counts: &mut BTreeMap<String, i64>,
+) {
+    for (queue, depth) in &records.dlq_depths {
+        counts.insert(format!("dlq.{queue}"), *depth);
+    }
+    // The run cannot have started after its first order was created.
+    let started_at = scope.started_at.or_else(|| {
+        scope
+            .orders
+            .iter()
+            .filter_map(|id| records.orders.get(id)?.order.as_ref().and_then(|o| time_of(&o["created_at"])))
+            .min()
+    });
+    for m in &records.dead_letters {
+        if let Some(order) = scope.orders.iter().find(|o| m.body.contains(o.as_str())) {
+            flag("dead_letter", order, format!("a message about it is on {}", m.queue));
+        }
+        if !STREAM_FAILURE_QUEUES.contains(&m.queue) {
+            continue;
+        }
+        let during_run = match (m.sent_at, started_at) {
+            (Some(sent), Some(start)) => sent >= start,
+            // Without both times it cannot be shown to predate the run.
+            _ => true,
+        };
+        if during_run {
+            let sent = m.sent_at.and_then(|t| t.format(&Rfc3339).ok()).unwrap_or_else(|| "at an unknown time".into());
+            flag("stream_failure", m.queue, format!("sent {sent}: {}", stream_failure_summary(&m.body)));
+        }
+    }
+}
+
+/// What a stream failure message says: the on-failure record's condition,
+/// shard and sequence range, or the start of the body if it is not one.
+fn stream_failure_summary(body: &str) -> String {
+    let parsed: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    let info = &parsed["DDBStreamBatchInfo"];
+    if info.is_object() {
+        return format!(
+            "{} ({}); shard {}, sequence numbers {}..{}, {} record(s), first arrived {}",
+            parsed["requestContext"]["condition"].as_str().unwrap_or("?"),
+            parsed["requestContext"]["functionArn"].as_str().unwrap_or("?"),
+            info["shardId"].as_str().unwrap_or("?"),
+            info["startSequenceNumber"].as_str().unwrap_or("?"),
+            info["endSequenceNumber"].as_str().unwrap_or("?"),
+            info["batchSize"],
+            info["approximateArrivalOfFirstRecord"].as_str().unwrap_or("?"),
+        );
+    }
+    body.chars().take(300).collect()
+}
+
+/// The relay-fails drill, checked by what a subscriber got and not only by
+/// its effects: each of the drill's orders that is final had its final
+/// event (OrderPaid or OrderClosed) delivered at least once.
+fn check_final_events(
+    records: &Records,
+    scope: &Scope,
+    flag: &mut impl FnMut(&'static str, &str, String),
+    counts: &mut BTreeMap<String, i64>,
+    skipped: &mut BTreeMap<&'static str, String>,
+) {
+    if scope.relay_orders.is_empty() {
+        return;
+    }
+    let events = match &records.delivered_events {
+        Ok(events) => events,
+        Err(why) => {
+            skipped.insert("final_event_undelivered", why.clone());
+            return;
+        }
+    };
+    let mut got: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for e in events {
+        let Some(order) = e["detail"]["order_id"].as_str().filter(|o| scope.relay_orders.contains(*o)) else {
+            continue;
+        };
+        let kind = e["detail-type"].as_str().unwrap_or("?");
+        *counts.entry(format!("events.{kind}")).or_default() += 1;
+        got.entry(order).or_default().push(kind);
+    }
+    for id in &scope.relay_orders {
+        let Some(order) = records.orders.get(id).and_then(|r| r.order.as_ref()) else { continue };
+        let want = match order["status"].as_str() {
+            Some("PAID") => "OrderPaid",
+            Some("CLOSED") => "OrderClosed",
+            // Not final: `not_final` says so; no final event is due yet.
+            _ => continue,
+        };
+        let kinds = got.get(id.as_str()).cloned().unwrap_or_default();
+        if !kinds.contains(&want) {
+            flag(
+                "final_event_undelivered",
+                id,
+                format!("{} but no {want} reached the subscriber queue (it got {kinds:?})", order["status"]),
+            );
+        }
+    }
 }
 
 fn time_of(v: &Value) -> Option<OffsetDateTime> {
@@ -600,27 +794,34 @@ const DEAD_LETTER_QUEUES: [&str; 11] = [
     "RECONCILE_FAILURE_QUEUE_URL",
 ];
 
-/// Counts each dead-letter queue and looks through its messages for the
-/// run's orders. Other traffic on the stack (a test that plants a dead
-/// letter on purpose) is counted but is not the run's violation. The
-/// messages are only peeked: received with a zero visibility timeout, so
-/// they stay where they are for the operator.
-async fn dead_letters(stack: &Stack, scope: &Scope, v: &mut Verdict) -> Result<(), String> {
+/// The queues that hold stream failures: the relay mapping's on-failure
+/// destination (a batch's shard and sequence numbers, never the record)
+/// and the stream consumers' set-aside records.
+const STREAM_FAILURE_QUEUES: [&str; 2] = ["STREAM_FAILURE_QUEUE_URL", "STREAM_DEAD_LETTER_QUEUE_URL"];
+
+/// Reads each dead-letter queue's depth and peeks at its messages, for the
+/// check to match them to the run (other traffic on the stack, a test that
+/// plants a dead letter on purpose, is counted but is not the run's). The
+/// messages are received with a zero visibility timeout, so they stay
+/// where they are for the operator.
+async fn dead_letters(stack: &Stack) -> Result<(Vec<DeadLetter>, BTreeMap<&'static str, i64>), String> {
+    use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
     let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
+    let (mut letters, mut depths) = (Vec::new(), BTreeMap::new());
     for name in DEAD_LETTER_QUEUES {
         let Some(url) = stack.get_opt(name) else { continue };
         let depth = sqs
             .get_queue_attributes()
             .queue_url(url)
-            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
             .send()
             .await
             .map_err(|e| format!("reading the depth of {name}: {e}"))?
             .attributes
-            .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages).cloned())
+            .and_then(|a| a.get(&QueueAttributeName::ApproximateNumberOfMessages).cloned())
             .and_then(|d| d.parse::<i64>().ok())
             .unwrap_or(0);
-        v.counts.insert(format!("dlq.{name}"), depth);
+        depths.insert(name, depth);
         if depth == 0 {
             continue;
         }
@@ -632,6 +833,7 @@ async fn dead_letters(stack: &Stack, scope: &Scope, v: &mut Verdict) -> Result<(
                 .queue_url(url)
                 .max_number_of_messages(10)
                 .visibility_timeout(0)
+                .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
                 .send()
                 .await
                 .map_err(|e| format!("peeking at {name}: {e}"))?;
@@ -639,18 +841,58 @@ async fn dead_letters(stack: &Stack, scope: &Scope, v: &mut Verdict) -> Result<(
                 if !seen.insert(m.message_id.clone().unwrap_or_default()) {
                     continue;
                 }
-                let body = m.body.unwrap_or_default();
-                if let Some(order) = scope.orders.iter().find(|o| body.contains(o.as_str())) {
-                    v.violations.push(Violation {
-                        invariant: "dead_letter",
-                        subject: order.clone(),
-                        detail: format!("a message about it is on {name}"),
-                    });
-                }
+                let sent_at = m
+                    .attributes
+                    .as_ref()
+                    .and_then(|a| a.get(&MessageSystemAttributeName::SentTimestamp))
+                    .and_then(|ms| ms.parse::<i128>().ok())
+                    .and_then(|ms| OffsetDateTime::from_unix_timestamp_nanos(ms * 1_000_000).ok());
+                letters.push(DeadLetter { queue: name, sent_at, body: m.body.unwrap_or_default() });
             }
         }
     }
-    Ok(())
+    Ok((letters, depths))
+}
+
+/// The order events on the run's own subscriber queue (`relay-fails`):
+/// received with a visibility timeout long enough to see each message once
+/// in this pass and not deleted, so a later `--check` sees them again
+/// while the queue exists. Bounded: the drill's orders have at most a few
+/// events each.
+async fn delivered_events(stack: &Stack, scope: &Scope) -> Result<Vec<Value>, String> {
+    if scope.relay_orders.is_empty() {
+        return Ok(Vec::new());
+    }
+    let Some(url) = &scope.event_queue_url else {
+        return Err("the run has no subscriber queue on the order event bus (ORDER_EVENT_BUS_NAME is not among \
+                    the stack's outputs): the drill was checked by its effects only"
+            .into());
+    };
+    let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
+    let mut events = Vec::new();
+    let mut seen = BTreeSet::new();
+    let bound = scope.relay_orders.len() * 8 / 10 + 10;
+    for _ in 0..bound {
+        let out = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .visibility_timeout(60)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .map_err(|e| format!("reading the run's subscriber queue {url}: {e} (it is deleted when the run ends)"))?;
+        let messages = out.messages.unwrap_or_default();
+        if messages.is_empty() {
+            break;
+        }
+        for m in messages {
+            if seen.insert(m.message_id.clone().unwrap_or_default()) {
+                events.push(serde_json::from_str(m.body.as_deref().unwrap_or("")).unwrap_or(Value::Null));
+            }
+        }
+    }
+    Ok(events)
 }
 
 // ---------------------------------------------------------------- reconcile
@@ -736,7 +978,7 @@ mod tests {
                     "items": [{"sku": "A", "qty": 2, "unit_price": 1000}], "coupon_id": "c1",
                     "paid_by": "p1", "history": history("PAID", T0)})),
                 reservations: vec![json!({"sku": "A", "qty": 2, "status": "CONFIRMED"})],
-                coupon_lock: Some(json!({"coupon_id": "c1", "status": "USED"})),
+                coupon_locks: vec![json!({"coupon_id": "c1", "status": "USED"})],
                 payments: vec![json!({"payment_id": "p1", "status": "SUCCEEDED", "amount": 2000})],
                 refunds: vec![],
             },
@@ -747,7 +989,7 @@ mod tests {
                 order: Some(json!({"status": "CLOSED", "expire_at": T1, "amount_total": 1000, "currency": "EUR",
                     "items": [{"sku": "A", "qty": 1, "unit_price": 1000}], "history": history("CLOSED", T2)})),
                 reservations: vec![json!({"sku": "A", "qty": 1, "status": "RELEASED"})],
-                coupon_lock: None,
+                coupon_locks: vec![],
                 payments: vec![json!({"payment_id": "p2", "status": "SUCCEEDED", "amount": 1000})],
                 refunds: vec![json!({"payment_id": "p2", "status": "REFUNDED", "amount": 1000})],
             },
@@ -759,7 +1001,7 @@ mod tests {
                     "items": [{"sku": "B", "qty": 1, "unit_price": 500}], "coupon_id": "c2",
                     "history": history("CLOSED", T2)})),
                 reservations: vec![json!({"sku": "B", "qty": 1, "status": "RELEASED"})],
-                coupon_lock: Some(json!({"coupon_id": "c2", "status": "AVAILABLE"})),
+                coupon_locks: vec![json!({"coupon_id": "c2", "status": "AVAILABLE"})],
                 payments: vec![],
                 refunds: vec![],
             },
@@ -777,8 +1019,55 @@ mod tests {
             skus: [("A".to_owned(), 10), ("B".to_owned(), 5)].into(),
             coupons: ["c1", "c2"].map(String::from).into(),
             open_bound: Duration::from_secs(120),
+            started_at: Some(at(T0)),
+            relay_orders: ["paid", "late"].map(String::from).into(),
+            event_queue_url: Some("lc-events".into()),
         };
+        // What the queues hold in a clean run: dead letters from before it
+        // or about someone else's order, and the drill's orders' events
+        // (one delivered twice, as at-least-once allows).
+        r.dlq_depths = [("STREAM_FAILURE_QUEUE_URL", 1), ("CLOSE_DLQ_URL", 1)].into();
+        r.dead_letters = vec![
+            DeadLetter {
+                queue: "STREAM_FAILURE_QUEUE_URL",
+                sent_at: Some(at("2026-11-30T09:00:00Z")),
+                body: stream_failure_body(),
+            },
+            DeadLetter {
+                queue: "CLOSE_DLQ_URL",
+                sent_at: Some(at(T1)),
+                body: json!({"order_id": "someone-elses"}).to_string(),
+            },
+        ];
+        r.delivered_events = Ok(vec![
+            event("OrderPlaced", "paid"),
+            event("OrderPaid", "paid"),
+            event("OrderPlaced", "late"),
+            event("OrderClosed", "late"),
+            event("OrderClosed", "late"),
+            event("LatePaymentRefundRequested", "late"),
+        ]);
         (r, scope)
+    }
+
+    fn at(t: &str) -> OffsetDateTime {
+        OffsetDateTime::parse(t, &Rfc3339).unwrap()
+    }
+
+    /// An order event as a subscriber's queue holds it (the EventBridge envelope).
+    fn event(kind: &str, order: &str) -> Value {
+        json!({"source": "order-expiry", "detail-type": kind, "detail": {"order_id": order, "event_id": "e"}})
+    }
+
+    /// The relay mapping's on-failure record: a batch's place in the
+    /// stream, no order id.
+    fn stream_failure_body() -> String {
+        json!({
+            "requestContext": {"condition": "RecordAgeExceeded", "functionArn": "arn:aws:lambda:us-east-1:0:function:relay"},
+            "DDBStreamBatchInfo": {"shardId": "shardId-0001", "startSequenceNumber": "100", "endSequenceNumber": "104",
+                "batchSize": 5, "approximateArrivalOfFirstRecord": "2026-11-30T09:58:00Z", "streamArn": "arn:stream"}
+        })
+        .to_string()
     }
 
     fn now() -> OffsetDateTime {
@@ -857,7 +1146,7 @@ mod tests {
     #[test]
     fn a_closed_order_with_a_confirmed_reservation_or_used_coupon_is_caught() {
         let (mut r, scope) = clean();
-        r.orders.get_mut("never").unwrap().coupon_lock.as_mut().unwrap()["status"] = json!("USED");
+        r.orders.get_mut("never").unwrap().coupon_locks[0]["status"] = json!("USED");
         let b = broken(&r, &scope);
         assert!(b.contains(&"confirmed_on_closed") && b.contains(&"coupon_conservation"), "{b:?}");
     }
@@ -891,7 +1180,7 @@ mod tests {
         assert_eq!(broken(&r, &scope), ["coupon_conservation"]);
         // Two paid orders both holding c1 USED.
         let (mut r2, scope2) = clean();
-        r2.orders.get_mut("late").unwrap().coupon_lock = Some(json!({"coupon_id": "c1", "status": "USED"}));
+        r2.orders.get_mut("late").unwrap().coupon_locks = vec![json!({"coupon_id": "c1", "status": "USED"})];
         assert!(broken(&r2, &scope2).contains(&"coupon_conservation"));
         r.coupons.insert("c2".into(), Some(json!({"state": "LOCKED", "locked_by": "never"})));
         assert_eq!(broken(&r, &scope), ["coupon_left_locked"]);
@@ -973,7 +1262,7 @@ mod tests {
         assert_eq!(broken(&r, &scope), ["holdings_match_order"]);
         // The discount without the coupon's lock: c1 still AVAILABLE.
         let (mut r, scope) = clean();
-        r.orders.get_mut("paid").unwrap().coupon_lock = None;
+        r.orders.get_mut("paid").unwrap().coupon_locks.clear();
         r.coupons.insert("c1".into(), Some(json!({"state": "AVAILABLE"})));
         assert_eq!(broken(&r, &scope), ["holdings_match_order"]);
     }
@@ -1049,5 +1338,109 @@ mod tests {
         let (mut r, scope) = clean();
         order(&mut r, "never")["expire_at"] = json!("tomorrow");
         assert_eq!(broken(&r, &scope), ["record_undecodable"]);
+    }
+
+    #[test]
+    fn a_stream_failure_sent_during_the_run_is_caught_with_what_it_says() {
+        let (mut r, scope) = clean();
+        r.dead_letters.push(DeadLetter {
+            queue: "STREAM_FAILURE_QUEUE_URL",
+            sent_at: Some(at(T2)),
+            body: stream_failure_body(),
+        });
+        let v = check(&r, &scope, now());
+        let found: Vec<&Violation> = v.violations.iter().collect();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].invariant, "stream_failure");
+        assert_eq!(found[0].subject, "STREAM_FAILURE_QUEUE_URL");
+        for said in ["RecordAgeExceeded", "shardId-0001", "100..104", "2026-11-30T10:00:21.5Z"] {
+            assert!(found[0].detail.contains(said), "{said} in {}", found[0].detail);
+        }
+        // A set-aside stream record counts the same, even naming no order.
+        let (mut r, scope) = clean();
+        r.dead_letters.push(DeadLetter {
+            queue: "STREAM_DEAD_LETTER_QUEUE_URL",
+            sent_at: Some(at(T1)),
+            body: json!({"eventName": "MODIFY", "dynamodb": {"Keys": {"pk": {"S": "SKU#A"}}}}).to_string(),
+        });
+        assert_eq!(broken(&r, &scope), ["stream_failure"]);
+    }
+
+    #[test]
+    fn without_a_recorded_start_the_runs_first_order_bounds_it() {
+        // A scope.json from before the start was recorded: the earliest
+        // created_at of the run's orders stands in for it.
+        let (mut r, mut scope) = clean();
+        scope.started_at = None;
+        order(&mut r, "paid")["created_at"] = json!(T0);
+        order(&mut r, "late")["created_at"] = json!(T1);
+        assert_eq!(broken(&r, &scope), Vec::<&str>::new());
+        r.dead_letters[0].sent_at = Some(at(T1));
+        assert_eq!(broken(&r, &scope), ["stream_failure"]);
+    }
+
+    #[test]
+    fn a_relay_fails_order_whose_final_event_never_arrived_is_caught() {
+        let (mut r, scope) = clean();
+        // `late` got its OrderPlaced (and a refund event) but no OrderClosed.
+        r.delivered_events.as_mut().unwrap().retain(|e| e["detail-type"] != "OrderClosed");
+        let v = check(&r, &scope, now());
+        assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+        assert_eq!(v.violations[0].invariant, "final_event_undelivered");
+        assert_eq!(v.violations[0].subject, "late");
+        assert!(v.violations[0].detail.contains("OrderClosed"), "{}", v.violations[0].detail);
+        // An OrderClosed for a PAID order is not its final event.
+        let (mut r, scope) = clean();
+        r.delivered_events.as_mut().unwrap().retain(|e| e["detail-type"] != "OrderPaid");
+        r.delivered_events.as_mut().unwrap().push(event("OrderClosed", "paid"));
+        assert_eq!(broken(&r, &scope), ["final_event_undelivered"]);
+        // Orders outside the drill are not expected on the queue.
+        let (r, scope) = clean();
+        assert!(!scope.relay_orders.contains("never"));
+        assert_eq!(check(&r, &scope, now()).counts["events.OrderClosed"], 2);
+    }
+
+    #[test]
+    fn a_subscriber_queue_that_could_not_be_read_is_skipped_not_passed() {
+        let (mut r, scope) = clean();
+        r.delivered_events = Err("no queue".into());
+        let v = check(&r, &scope, now());
+        assert_eq!(v.violations, vec![]);
+        assert_eq!(v.skipped.get("final_event_undelivered").map(String::as_str), Some("no queue"));
+    }
+
+    #[test]
+    fn an_order_holding_two_coupon_locks_is_caught() {
+        let (mut r, scope) = clean();
+        // `never` holds c2 (returned) and another coupon's lock, returned
+        // too: every coupon count still adds up, only the rows tell.
+        r.orders.get_mut("never").unwrap().coupon_locks.push(json!({"coupon_id": "c3", "status": "AVAILABLE"}));
+        let v = check(&r, &scope, now());
+        assert_eq!(broken(&r, &scope), ["coupon_locks_per_order"]);
+        assert!(v.violations[0].detail.contains("c3"), "{}", v.violations[0].detail);
+    }
+
+    #[test]
+    fn a_reservation_or_coupon_lock_with_an_unknown_status_is_caught() {
+        let (mut r, scope) = clean();
+        r.orders.get_mut("late").unwrap().reservations[0]["status"] = json!("RELEASING");
+        assert_eq!(broken(&r, &scope), ["holding_status_unknown"]);
+        let (mut r, scope) = clean();
+        r.orders.get_mut("never").unwrap().coupon_locks[0]["status"] = json!("RETURNED");
+        assert_eq!(broken(&r, &scope), ["holding_status_unknown"]);
+        let (mut r, scope) = clean();
+        r.orders.get_mut("never").unwrap().coupon_locks[0].as_object_mut().unwrap().remove("status");
+        assert_eq!(broken(&r, &scope), ["holding_status_unknown"]);
+    }
+
+    #[test]
+    fn a_dead_letter_naming_an_order_of_the_run_is_caught_whenever_it_was_sent() {
+        let (mut r, scope) = clean();
+        r.dead_letters.push(DeadLetter {
+            queue: "ORDER_CLOSED_QUEUE_DLQ_URL",
+            sent_at: None,
+            body: json!({"order_id": "never", "trigger": "OrderClosed"}).to_string(),
+        });
+        assert_eq!(broken(&r, &scope), ["dead_letter"]);
     }
 }

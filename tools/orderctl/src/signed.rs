@@ -3,11 +3,13 @@
 //! CloudWatch Logs FilterLogEvents, and the stack's IAM-authorised admin
 //! routes (`execute-api`). Credentials and region come from the same
 //! [`SdkConfig`] as the SDK clients (the usual chain), so a profile, SSO or
-//! a role works the same for both.
+//! a role works the same for both. The signature is the domain crate's
+//! signer ([`order_core::aws::sigv4`]), shared with the test suite.
 
 use crate::error::{CliError, Result};
 use aws_config::SdkConfig;
 use aws_credential_types::provider::ProvideCredentials;
+use order_core::aws::sigv4;
 use std::time::Duration;
 
 pub struct Signed {
@@ -61,8 +63,6 @@ impl Signed {
         headers: &[(&str, &str)],
         body: Vec<u8>,
     ) -> Result<(u16, reqwest::header::HeaderMap, String)> {
-        use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
-        use aws_sigv4::sign::v4;
         let provider = self.sdk.credentials_provider().ok_or_else(|| {
             CliError::new("no AWS credentials provider", "configure credentials (env, profile, SSO or role)")
         })?;
@@ -73,24 +73,14 @@ impl Signed {
                  takes any",
             )
         })?;
-        let identity = credentials.into();
-        let params = v4::SigningParams::builder()
-            .identity(&identity)
-            .region(&self.region)
-            .name(service)
-            .time(std::time::SystemTime::now())
-            .settings(SigningSettings::default())
-            .build()
-            .map_err(|e| CliError::aws("signing a request", e))?
-            .into();
-        let signable = SignableRequest::new(method, url, headers.iter().copied(), SignableBody::Bytes(&body))
-            .map_err(|e| CliError::aws("signing a request", e))?;
-        let (instructions, _) =
-            sign(signable, &params).map_err(|e| CliError::aws("signing a request", e))?.into_parts();
+        let request = sigv4::Request { method, url, headers, body: &body };
+        let signature =
+            sigv4::signing_headers(&credentials, &self.region, service, request, std::time::SystemTime::now())
+                .map_err(|e| CliError::aws("signing a request", &*e))?;
         let method: reqwest::Method =
             method.parse().map_err(|_| CliError::new(format!("bad HTTP method {method}"), ""))?;
         let mut req = self.http.request(method, url).body(body);
-        for (k, v) in headers.iter().copied().chain(instructions.headers()) {
+        for (k, v) in headers.iter().copied().chain(signature.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
             req = req.header(k, v);
         }
         let resp = req.send().await.map_err(|e| {
