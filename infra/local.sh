@@ -351,6 +351,41 @@ cmd_down() {
 # The emulator stopped and started again, its state kept (the drill of an
 # emulator restart): only when `up` ran with PERSIST_STATE=1. Nothing is
 # redeployed; the port and the persistence come from .local/stack.env.
+# ministack (1.5.33) persists each stream mapping's read position (an absolute
+# index into the table's stream) but not the stream's records: after a restart
+# every table's stream starts again, empty, at index 0 while the relay's
+# mapping still points at the old index N. It then reads nothing until the new
+# stream is N records long and skips those N records for good: no event is
+# published for them (no wake-up, release, settle or refund is queued) and the
+# mapping logs no batch. That was the 13.5-minute "stall" after the restart in
+# the 400-order all-drills run (BENCHMARKS.md). Rewinding every saved
+# DynamoDB-stream position to 0, the start of the stream the emulator will
+# rebuild, makes the mapping read every record written after the restart.
+# Records written before the stop and not yet read are gone with the stream
+# (the emulator's loss, not AWS behaviour): the sweep and reconcile cover them.
+rewind_stream_positions() {
+  local saved="$STATE/persist/lambda.json"
+  [[ -f "$saved" ]] || return 0
+  .venv/bin/python - "$saved" <<'PY'
+import json, os, sys
+
+path = sys.argv[1]
+with open(path) as f:
+    state = json.load(f)
+positions = (state.get("payload") or {}).get("dynamodb_stream_positions") or {}
+scoped = positions.get("data") if isinstance(positions, dict) and "data" in positions else positions
+rewound = {key: old for key, old in scoped.items() if old}
+for key in rewound:
+    scoped[key] = 0
+tmp = path + ".tmp"
+with open(tmp, "w") as f:
+    json.dump(state, f)
+os.replace(tmp, path)
+for key, old in rewound.items():
+    print(f"[local] stream mapping {key.split(chr(0))[-1]}: read position {old} -> 0 (the emulator does not keep stream records)")
+PY
+}
+
 cmd_restart() {
   local pid i t0=$SECONDS
   [[ -f "$STATE/stack.env" ]] || die "no local stack: run infra/local.sh up first"
@@ -368,6 +403,7 @@ cmd_restart() {
     kill -0 "$pid" 2>/dev/null && die "ministack did not stop within 60 s"
     rm -f "$STATE/ministack.pid"
   fi
+  rewind_stream_positions
   # start_ministack starts a fresh log: keep what came before the restart.
   [[ -f "$STATE/ministack.log" ]] && cat "$STATE/ministack.log" >>"$STATE/ministack.before-restart.log"
   start_ministack
