@@ -358,32 +358,13 @@ cmd_down() {
 # stream is N records long and skips those N records for good: no event is
 # published for them (no wake-up, release, settle or refund is queued) and the
 # mapping logs no batch. That was the 13.5-minute "stall" after the restart in
-# the 400-order all-drills run (BENCHMARKS.md). Rewinding every saved
-# DynamoDB-stream position to 0, the start of the stream the emulator will
-# rebuild, makes the mapping read every record written after the restart.
-# Records written before the stop and not yet read are gone with the stream
-# (the emulator's loss, not AWS behaviour): the sweep and reconcile cover them.
+# the 400-order all-drills run (BENCHMARKS.md). The saved positions are rewound
+# to 0, the start of the stream the emulator will rebuild, so the mapping reads
+# every record written after the restart. Records written before the stop and
+# not yet read are gone with the stream (the emulator's loss, not AWS
+# behaviour): the sweep and reconcile cover those orders.
 rewind_stream_positions() {
-  local saved="$STATE/persist/lambda.json"
-  [[ -f "$saved" ]] || return 0
-  .venv/bin/python - "$saved" <<'PY'
-import json, os, sys
-
-path = sys.argv[1]
-with open(path) as f:
-    state = json.load(f)
-positions = (state.get("payload") or {}).get("dynamodb_stream_positions") or {}
-scoped = positions.get("data") if isinstance(positions, dict) and "data" in positions else positions
-rewound = {key: old for key, old in scoped.items() if old}
-for key in rewound:
-    scoped[key] = 0
-tmp = path + ".tmp"
-with open(tmp, "w") as f:
-    json.dump(state, f)
-os.replace(tmp, path)
-for key, old in rewound.items():
-    print(f"[local] stream mapping {key.split(chr(0))[-1]}: read position {old} -> 0 (the emulator does not keep stream records)")
-PY
+  .venv/bin/python infra/rewind_stream_positions.py "$STATE/persist/lambda.json"
 }
 
 cmd_restart() {
