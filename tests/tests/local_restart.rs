@@ -73,10 +73,7 @@ fn a_restart_rewinds_saved_stream_positions_to_the_start_of_the_rebuilt_stream_a
     assert!(before.contains(r#""6c48a5ff-96e5-429a-9e62-7aad597a76eb": 4230"#), "{before}");
 
     let printed = python(&state_dir, &["infra/rewind_stream_positions.py", saved.to_str().unwrap()]);
-    assert!(
-        printed.contains("6c48a5ff-96e5-429a-9e62-7aad597a76eb: read position 4230 -> 0"),
-        "{printed}"
-    );
+    assert!(printed.contains("6c48a5ff-96e5-429a-9e62-7aad597a76eb: read position 4230 -> 0"), "{printed}");
 
     let after = python(&state_dir, &["-c", LOAD]);
     let expected = r#"{"functions": ["order-expiry-relay"], "kinesis": {"kinesis-esm": {"shard-0": 17}}, "stream": {"6c48a5ff-96e5-429a-9e62-7aad597a76eb": 0}}"#;
