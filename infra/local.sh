@@ -13,7 +13,9 @@ Commands
           A running local stack is stopped first, so `up` always starts clean.
   down    stop every process started under .local/ and delete .local/
   restart stop the emulator and start it again with its state (only after
-          `PERSIST_STATE=1 infra/local.sh up`): the emulator-restart drill
+          `PERSIST_STATE=1 infra/local.sh up`): the emulator-restart drill;
+          the stream mappings' saved read positions are rewound to 0 first
+          (ministack does not keep stream records; see README)
   status  show what is running and the stack outputs
   build   only build the function binaries (cargo build --workspace --bins)
   logs    follow the ministack log (function stdout/stderr appears there)
