@@ -13,7 +13,9 @@ Commands
           A running local stack is stopped first, so `up` always starts clean.
   down    stop every process started under .local/ and delete .local/
   restart stop the emulator and start it again with its state (only after
-          `PERSIST_STATE=1 infra/local.sh up`): the emulator-restart drill
+          `PERSIST_STATE=1 infra/local.sh up`): the emulator-restart drill;
+          the stream mappings' saved read positions are rewound to 0 first
+          (ministack does not keep stream records; see README)
   status  show what is running and the stack outputs
   build   only build the function binaries (cargo build --workspace --bins)
   logs    follow the ministack log (function stdout/stderr appears there)
@@ -351,6 +353,22 @@ cmd_down() {
 # The emulator stopped and started again, its state kept (the drill of an
 # emulator restart): only when `up` ran with PERSIST_STATE=1. Nothing is
 # redeployed; the port and the persistence come from .local/stack.env.
+# ministack (1.5.33) persists each stream mapping's read position (an absolute
+# index into the table's stream) but not the stream's records: after a restart
+# every table's stream starts again, empty, at index 0 while the relay's
+# mapping still points at the old index N. It then reads nothing until the new
+# stream is N records long and skips those N records for good: no event is
+# published for them (no wake-up, release, settle or refund is queued) and the
+# mapping logs no batch. That was the 13.5-minute "stall" after the restart in
+# the 400-order all-drills run (BENCHMARKS.md). The saved positions are rewound
+# to 0, the start of the stream the emulator will rebuild, so the mapping reads
+# every record written after the restart. Records written before the stop and
+# not yet read are gone with the stream (the emulator's loss, not AWS
+# behaviour): the sweep and reconcile cover those orders.
+rewind_stream_positions() {
+  .venv/bin/python infra/rewind_stream_positions.py "$STATE/persist/lambda.json"
+}
+
 cmd_restart() {
   local pid i t0=$SECONDS
   [[ -f "$STATE/stack.env" ]] || die "no local stack: run infra/local.sh up first"
@@ -368,6 +386,7 @@ cmd_restart() {
     kill -0 "$pid" 2>/dev/null && die "ministack did not stop within 60 s"
     rm -f "$STATE/ministack.pid"
   fi
+  rewind_stream_positions
   # start_ministack starts a fresh log: keep what came before the restart.
   [[ -f "$STATE/ministack.log" ]] && cat "$STATE/ministack.log" >>"$STATE/ministack.before-restart.log"
   start_ministack

@@ -16,7 +16,33 @@ use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
 /// HTTPS client shared by every service client. `AWS_ENDPOINT_URL` in the
 /// environment points everything at a local emulator.
 pub async fn sdk_config() -> aws_config::SdkConfig {
-    aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(http_client()).load().await
+    with_client_defaults(aws_config::defaults(aws_config::BehaviorVersion::latest())).load().await
+}
+
+/// How long one SDK request may take to connect: a live endpoint on the same
+/// network (or host) answers a connect in milliseconds.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+/// How long one attempt (send, wait, read the whole response) may take before
+/// the standard retry policy tries again on a fresh connection.
+pub const ATTEMPT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long one SDK operation may take with all its attempts: below the
+/// shortest function Timeout in template.yaml (10 s), so a call whose answer
+/// is lost fails the invocation with an error its trigger retries, instead of
+/// holding it until Lambda kills it.
+pub const OPERATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(9);
+
+/// The client settings every function shares: the HTTP client above, the
+/// standard retry policy, and bounded connect/attempt/operation times. The
+/// SDK's defaults bound only the connect, so a request whose response never
+/// comes (a connection cut mid-request, an endpoint that stops answering)
+/// would wait for as long as the invocation lives.
+pub fn with_client_defaults(loader: aws_config::ConfigLoader) -> aws_config::ConfigLoader {
+    let timeouts = aws_config::timeout::TimeoutConfig::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .operation_attempt_timeout(ATTEMPT_TIMEOUT)
+        .operation_timeout(OPERATION_TIMEOUT)
+        .build();
+    loader.http_client(http_client()).retry_config(aws_config::retry::RetryConfig::standard()).timeout_config(timeouts)
 }
 
 /// The SDK's HTTP client: rustls with ring, built explicitly because the
@@ -95,7 +121,54 @@ pub fn seconds_env(name: &str) -> Result<std::time::Duration, lambda_runtime::Er
 
 #[cfg(test)]
 mod tests {
-    use super::parse_secret_parameters;
+    use super::{parse_secret_parameters, with_client_defaults, ATTEMPT_TIMEOUT, OPERATION_TIMEOUT};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    /// An endpoint that accepts connections and never answers: what a
+    /// function sees when its request reached an emulator that then stops
+    /// responding (or a response lost on a cut connection).
+    fn silent_endpoint() -> (String, Arc<AtomicUsize>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        std::thread::spawn(move || {
+            // Held, never read or written: the client waits for a response.
+            let mut open = Vec::new();
+            for stream in listener.incoming().flatten() {
+                counter.fetch_add(1, Ordering::SeqCst);
+                open.push(stream);
+            }
+        });
+        (url, accepted)
+    }
+
+    #[tokio::test]
+    async fn a_request_nobody_answers_times_out_within_the_operation_bound_after_a_retry() {
+        let (url, accepted) = silent_endpoint();
+        let config = with_client_defaults(aws_config::defaults(aws_config::BehaviorVersion::latest()))
+            .endpoint_url(url)
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new("test", "test", None, None, "test"))
+            .load()
+            .await;
+        let client = aws_sdk_dynamodb::Client::new(&config);
+
+        let started = Instant::now();
+        let outcome = client.list_tables().send().await;
+        let took = started.elapsed();
+
+        let err = outcome.expect_err("a silent endpoint cannot produce a response");
+        assert!(matches!(err, aws_sdk_dynamodb::error::SdkError::TimeoutError(_)), "expected a timeout, got {err:?}");
+        // Bounded by the operation timeout (plus scheduling slack), and not
+        // before the first attempt's own bound ran out.
+        assert!(took >= ATTEMPT_TIMEOUT, "gave up after {took:?}, before one attempt's bound");
+        assert!(took < OPERATION_TIMEOUT + std::time::Duration::from_secs(2), "took {took:?}");
+        // The timed-out attempt was retried on a new connection.
+        assert!(accepted.load(Ordering::SeqCst) >= 2, "{} connection(s)", accepted.load(Ordering::SeqCst));
+    }
 
     #[test]
     fn secret_parameters_are_channel_name_pairs() {
