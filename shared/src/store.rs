@@ -395,6 +395,12 @@ pub trait DueIndex: Send + Sync {
         limit: u32,
         start: Option<DueCursor>,
     ) -> Result<DuePage, Unavailable>;
+    /// Moves an open order's entry (found by the sweep in `shard`) to
+    /// `until`, if it is still where the sweep found it: a reminder for the
+    /// order is on its way, so the next runs leave the order to it until
+    /// then. Rejected when the order moved meanwhile (final, paid, or a
+    /// closer took or held its lease, which sets the entry itself).
+    async fn snooze(&self, shard: &str, entry: &DueEntry, until: Timestamp) -> Result<Cas, Unavailable>;
     async fn sweep_cursors(&self) -> Result<SweepCursors, Unavailable>;
     /// Stores `cursors` if the stored version is still `cursors.version`.
     async fn save_sweep_cursors(&self, cursors: &SweepCursors) -> Result<Cas, Unavailable>;

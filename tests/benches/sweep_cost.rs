@@ -135,7 +135,7 @@ async fn main() {
     }
     // The sweep runs a minute after the open orders were created: none due.
     clock.set(T0 + 60_000);
-    let cfg = SweepConfig { grace: Duration::from_secs(30), page: 100, budget: Duration::from_secs(40) };
+    let cfg = SweepConfig::default();
     println!(
         "Sweep with nothing due (DynamoDB Local; 100 open orders not due in the index; closed orders out of it)\n"
     );

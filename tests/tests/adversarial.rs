@@ -203,7 +203,7 @@ impl World {
 }
 
 fn cfg() -> SweepConfig {
-    SweepConfig { grace: Duration::from_secs(30), page: 100, budget: Duration::from_secs(40) }
+    SweepConfig::default()
 }
 
 async fn run_sweep(w: &World, r: &ScriptedRedrive, cfg: &SweepConfig) -> SweepReport {

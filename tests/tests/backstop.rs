@@ -134,7 +134,7 @@ use order_core::usecases::sweep::SweepReport;
 use system_tests::fixtures::eur;
 
 fn cfg() -> SweepConfig {
-    SweepConfig { grace: Duration::from_secs(5), page: 100, budget: Duration::from_secs(40) }
+    SweepConfig { grace: Duration::from_secs(5), ..SweepConfig::default() }
 }
 
 #[tokio::test]
@@ -215,8 +215,72 @@ async fn a_run_out_of_time_stores_its_cursors_and_the_next_run_goes_on_from_ther
         let last = i == ids.len() - 1;
         assert_eq!(r.unfinished.is_empty(), last, "run {i}: {:?}", r.unfinished);
     }
+    // Each was reminded, so the next runs leave it to its reminder until
+    // `remind_again_after`; still open then, all are found again from the top.
+    let (_, calls) = w.sweep(&cfg()).await;
+    assert!(calls.is_empty(), "reminded again before remind_again_after: {calls:?}");
+    w.clock.set(T0 + 120_000 + (cfg().remind_again_after + cfg().grace).as_millis() as i64 + 1_000);
     let (_, calls) = w.sweep(&cfg()).await;
     assert_eq!(calls.len(), 5, "still open, so all found again from the top");
+}
+
+#[tokio::test]
+async fn a_reminded_order_is_left_to_its_reminder_until_remind_again_after_then_reminded_again() {
+    let w = World::new().await;
+    let o = w.order().await; // expires at T0 + 60 s
+    w.clock.set(T0 + 60_000 + 6_000);
+    let (r, calls) = w.sweep(&cfg()).await;
+    assert_eq!(calls, vec![format!("close {}", o.order_id)]);
+    assert_eq!(r.snoozed, 1);
+    let until = w.clock.now().plus(cfg().remind_again_after);
+    let (shard, due_at) = w.index_entry(&o.order_id).await.unwrap();
+    assert_eq!(shard, keys::due_shard(&o.order_id, w.store.shards().count), "still an open entry");
+    assert_eq!(due_at, until.to_string(), "moved ahead by remind_again_after");
+    // A run a minute later (a backlog still holds the reminder) sends none.
+    w.clock.set(T0 + 60_000 + 66_000);
+    let (r, calls) = w.sweep(&cfg()).await;
+    assert!(calls.is_empty() && r.open_found == 0, "{calls:?}");
+    // Its reminder lost and the order still open: found again once the time is up.
+    w.clock.set(until.unix_millis() + cfg().grace.as_millis() as i64 + 1_000);
+    let (_, calls) = w.sweep(&cfg()).await;
+    assert_eq!(calls, vec![format!("close {}", o.order_id)]);
+    assert_eq!(
+        w.store.order(&o.order_id).await.unwrap().unwrap().status,
+        OrderStatus::PendingPayment,
+        "no status written"
+    );
+}
+
+#[tokio::test]
+async fn a_snooze_never_moves_an_entry_that_changed_after_the_sweep_read_it() {
+    let w = World::new().await;
+    let closed = w.order().await;
+    let leased = w.order().await;
+    let attempt = w.with_attempt(&leased).await;
+    w.channel.answer(&attempt.payment_id, None); // the channel times out: the closer holds it
+    w.clock.set(T0 + 60_000 + 6_000);
+    let shard = keys::due_shard(&closed.order_id, w.store.shards().count);
+    let read_then = |id: OrderId| {
+        let w = &w;
+        async move {
+            let shard = keys::due_shard(&id, w.store.shards().count);
+            let page = w.store.due_page(&shard, w.clock.now(), 100, None).await.unwrap();
+            page.entries.into_iter().find(|e| e.item == DueItem::Open(id.clone())).expect("found by the sweep")
+        }
+    };
+    let stale_closed = read_then(closed.order_id.clone()).await;
+    let stale_leased = read_then(leased.order_id.clone()).await;
+    // Meanwhile: one order closes (its entry moves to the effects part), the
+    // other's closer holds it CLOSING (its entry becomes the lease's end).
+    assert_eq!(w.closer().close(&closed.order_id, "t").await.unwrap(), CloseOutcome::Closed);
+    let _ = w.closer().close(&leased.order_id, "t").await.unwrap();
+    let before = [w.index_entry(&closed.order_id).await, w.index_entry(&leased.order_id).await];
+    let until = w.clock.now().plus(Duration::from_secs(180));
+    assert_eq!(w.store.snooze(&shard, &stale_closed, until).await.unwrap(), Cas::Rejected);
+    let leased_shard = keys::due_shard(&leased.order_id, w.store.shards().count);
+    assert_eq!(w.store.snooze(&leased_shard, &stale_leased, until).await.unwrap(), Cas::Rejected);
+    let after = [w.index_entry(&closed.order_id).await, w.index_entry(&leased.order_id).await];
+    assert_eq!(before, after, "the close's and the lease's own entries stand");
 }
 
 #[tokio::test]

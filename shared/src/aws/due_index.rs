@@ -95,6 +95,34 @@ impl DueIndex for DynamoStore {
         })
     }
 
+    async fn snooze(&self, shard: &str, entry: &DueEntry, until: Timestamp) -> Result<Cas, Unavailable> {
+        let (Some(pk), Some(sk), Some(seen)) = (entry.key.get("pk"), entry.key.get("sk"), entry.key.get("due_at"))
+        else {
+            return Ok(Cas::Rejected);
+        };
+        // The condition compares the stored strings: the entry is exactly
+        // the one the sweep read (same shard, same due time), so a lease
+        // taken or held since, or a final write, is never overwritten.
+        let res = self
+            .client()
+            .update_item()
+            .table_name(self.table())
+            .key("pk", s(pk.as_str()))
+            .key("sk", s(sk.as_str()))
+            .update_expression("SET due_at = :until")
+            .condition_expression("due_shard = :shard AND due_at = :seen")
+            .expression_attribute_values(":until", s(until.to_string()))
+            .expression_attribute_values(":shard", s(shard))
+            .expression_attribute_values(":seen", s(seen.as_str()))
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(Cas::Applied),
+            Err(e) if super::dynamo::is_condition_failure(&e) => Ok(Cas::Rejected),
+            Err(e) => Err(Unavailable::new("snooze a due-index entry", e)),
+        }
+    }
+
     async fn sweep_cursors(&self) -> Result<SweepCursors, Unavailable> {
         let Some(item) = self.get_item(CURSOR_PK.into(), CURSOR_SK).await? else {
             return Ok(SweepCursors::default());

@@ -7,12 +7,16 @@ use crate::store::DueIndex;
 use crate::usecases::sweep::{emit_metrics, sweep, SweepConfig};
 use serde_json::{json, Value};
 
-/// `SWEEP_GRACE_SECONDS`, `SWEEP_BUDGET_SECONDS`, `SWEEP_PAGE_SIZE`; each
+/// `SWEEP_GRACE_SECONDS`, `SWEEP_REMIND_AGAIN_SECONDS`, `SWEEP_BUDGET_SECONDS`,
+/// `SWEEP_PAGE_SIZE`; each
 /// optional, defaults in [`SweepConfig::default`].
 pub fn config_from_env() -> Result<SweepConfig, lambda_runtime::Error> {
     let mut cfg = SweepConfig::default();
     if std::env::var("SWEEP_GRACE_SECONDS").is_ok() {
         cfg.grace = seconds_env("SWEEP_GRACE_SECONDS")?;
+    }
+    if std::env::var("SWEEP_REMIND_AGAIN_SECONDS").is_ok() {
+        cfg.remind_again_after = seconds_env("SWEEP_REMIND_AGAIN_SECONDS")?;
     }
     if std::env::var("SWEEP_BUDGET_SECONDS").is_ok() {
         cfg.budget = seconds_env("SWEEP_BUDGET_SECONDS")?;

@@ -19,7 +19,7 @@
 use crate::domain::{OrderId, Timestamp};
 use crate::metrics;
 use crate::ports::{Clock, Redrive, Unavailable};
-use crate::store::{Cas, DueCursor, DueIndex, DueItem, SweepCursors};
+use crate::store::{Cas, DueCursor, DueEntry, DueIndex, DueItem, SweepCursors};
 use std::time::Duration;
 use tracing::{info, instrument, warn};
 
@@ -33,11 +33,25 @@ pub struct SweepConfig {
     /// Time after which the run stops and stores its cursors; well under
     /// the function's timeout.
     pub budget: Duration,
+    /// After a close reminder is sent, how long later runs leave the order
+    /// to it (its index entry is moved that far ahead). Without it, every
+    /// run re-sends a reminder for every order still waiting in a backlog
+    /// of the close path, which only lengthens the backlog: 10,000 orders
+    /// expiring within one minute on the local stack drew 23,305 such
+    /// reminders, every one of which found its order already final. The
+    /// default is the close queue's visibility timeout: a reminder taken
+    /// and failed is redelivered by SQS after it anyway.
+    pub remind_again_after: Duration,
 }
 
 impl Default for SweepConfig {
     fn default() -> Self {
-        Self { grace: Duration::from_secs(30), page: 100, budget: Duration::from_secs(40) }
+        Self {
+            grace: Duration::from_secs(30),
+            page: 100,
+            budget: Duration::from_secs(40),
+            remind_again_after: Duration::from_secs(180),
+        }
     }
 }
 
@@ -51,6 +65,9 @@ pub struct SweepReport {
     pub effects_found: u32,
     pub refunds_found: u32,
     pub unrecognised: u32,
+    /// Open orders whose entry was moved ahead after their reminder was
+    /// sent (`remind_again_after`).
+    pub snoozed: u32,
     /// How far past its due time the oldest overdue open order is.
     pub oldest_open_overdue: Duration,
     /// How long the oldest pending effect has been due.
@@ -138,6 +155,7 @@ pub async fn sweep<I: DueIndex, R: Redrive>(
         items_read = report.items_read,
         consumed_capacity = report.consumed_capacity,
         unfinished = report.unfinished.len(),
+        snoozed = report.snoozed,
         duration_ms = started.until(clock.now()).as_millis() as u64,
         "sweep done"
     );
@@ -176,7 +194,7 @@ async fn sweep_shard<I: DueIndex, R: Redrive>(
         report.items_read += page.entries.len() as u32;
         report.consumed_capacity += page.consumed_capacity;
         let page_start = last_done.clone();
-        let mut close = Vec::new();
+        let mut close: Vec<&DueEntry> = Vec::new();
         let mut stopped_early = false;
         for entry in &page.entries {
             if handled > 0 && clock.now() >= deadline {
@@ -188,10 +206,10 @@ async fn sweep_shard<I: DueIndex, R: Redrive>(
             handled += 1;
             let overdue = entry.due_at.until(now);
             let ok = match &entry.item {
-                DueItem::Open(id) => {
+                DueItem::Open(_) => {
                     report.open_found += 1;
                     report.oldest_open_overdue = report.oldest_open_overdue.max(overdue);
-                    close.push(id.clone());
+                    close.push(entry);
                     true
                 }
                 DueItem::OrderEffects(id) => {
@@ -217,12 +235,19 @@ async fn sweep_shard<I: DueIndex, R: Redrive>(
             last_done = Some(entry.key.clone());
         }
         if !close.is_empty() {
-            log_found(&close);
-            if let Err(e) = redrive.close(&close).await {
-                warn!(error = %e, "close reminders not sent; the next run finds the orders again");
-                report.failures += close.len() as u32;
-                // The whole page's reminders: resume from the page's start.
-                first_failure.get_or_insert(page_start);
+            let ids: Vec<OrderId> = close
+                .iter()
+                .filter_map(|e| if let DueItem::Open(id) = &e.item { Some(id.clone()) } else { None })
+                .collect();
+            log_found(&ids);
+            match redrive.close(&ids).await {
+                Ok(()) => report.snoozed += snooze_all(index, shard, &close, now.plus(cfg.remind_again_after)).await,
+                Err(e) => {
+                    warn!(error = %e, "close reminders not sent; the next run finds the orders again");
+                    report.failures += close.len() as u32;
+                    // The whole page's reminders: resume from the page's start.
+                    first_failure.get_or_insert(page_start);
+                }
             }
         }
         let out_of_time = stopped_early || clock.now() >= deadline;
@@ -258,6 +283,24 @@ async fn bounded<F: std::future::Future<Output = Result<(), Unavailable>>>(f: F,
     }
 }
 
+/// Moves the entries of orders just reminded to `until`; how many moved. A
+/// move that fails or is refused costs nothing but a reminder more at the
+/// next run: the entry is where it was.
+async fn snooze_all<I: DueIndex>(index: &I, shard: &str, entries: &[&DueEntry], until: Timestamp) -> u32 {
+    let moved = futures_util::future::join_all(entries.iter().map(|e| index.snooze(shard, e, until))).await;
+    let mut count = 0;
+    for r in moved {
+        match r {
+            Ok(Cas::Applied) => count += 1,
+            Ok(Cas::Rejected) => {}
+            Err(e) => {
+                warn!(error = %e, "a reminded order's entry was not moved ahead; the next run may remind it again")
+            }
+        }
+    }
+    count
+}
+
 /// The longest one re-drive may take.
 const REDRIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -275,6 +318,7 @@ fn merge(into: &mut SweepReport, r: SweepReport) {
     into.effects_found += r.effects_found;
     into.refunds_found += r.refunds_found;
     into.unrecognised += r.unrecognised;
+    into.snoozed += r.snoozed;
     into.failures += r.failures;
     into.oldest_open_overdue = into.oldest_open_overdue.max(r.oldest_open_overdue);
     into.oldest_effect_overdue = into.oldest_effect_overdue.max(r.oldest_effect_overdue);
