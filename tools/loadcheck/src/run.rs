@@ -211,18 +211,30 @@ fn outcome_of(view: &Value, expire_at: OffsetDateTime) -> OrderOutcome {
     }
 }
 
-pub async fn run(args: Args) -> i32 {
+pub async fn run(mut args: Args) -> i32 {
     let paused_sweep = args.check.is_none() && args.drills.contains(&Drill::SweepPause);
+    // The run id is fixed here, so that what a run that failed midway made
+    // on the stack can be found by its name and removed.
+    let run_id = args.run_id.get_or_insert_with(|| format!("lc{:06x}", rand::random::<u32>() & 0xff_ffff)).clone();
+    let subscribed = args.check.is_none() && args.drills.contains(&Drill::RelayFails);
     let stack_env = args.stack_env.clone();
     let result = match args.check.clone() {
         Some(scope) => check_only(&args, &scope).await,
         None => run_inner(args).await,
     };
-    if paused_sweep && result.is_err() {
-        // A run that failed midway must not leave the stack without its sweep.
+    if (paused_sweep || subscribed) && result.is_err() {
         if let Ok(stack) = Stack::load(&stack_env).await {
-            if let Err(e) = set_sweep(&stack, true).await {
-                eprintln!("loadcheck: the sweep's schedule may still be disabled: {e}");
+            // A run that failed midway must not leave the stack without its sweep.
+            if paused_sweep {
+                if let Err(e) = set_sweep(&stack, true).await {
+                    eprintln!("loadcheck: the sweep's schedule may still be disabled: {e}");
+                }
+            }
+            // Nor its subscriber's rule on the stack's bus and its queue.
+            if subscribed {
+                if let Err(e) = subscriber::remove_leftover(&stack, &subscriber::name_for(&run_id)).await {
+                    eprintln!("loadcheck: {e}");
+                }
             }
         }
     }
@@ -243,7 +255,7 @@ async fn run_inner(args: Args) -> Result<i32, String> {
     }
     let stack = Stack::load(&args.stack_env).await?;
     stack.export_to_env();
-    let run_id = args.run_id.clone().unwrap_or_else(|| format!("lc{:06x}", rand::random::<u32>() & 0xff_ffff));
+    let run_id = args.run_id.clone().ok_or("no run id")?;
     let window = secs(&stack, "PAYMENT_WINDOW_SECONDS", 30);
     let grace = secs(&stack, "SWEEP_GRACE_SECONDS", 5);
     let lease = secs(&stack, "CLOSING_LEASE_SECONDS", 35);
@@ -311,7 +323,7 @@ async fn run_inner(args: Args) -> Result<i32, String> {
     // too: the run subscribes a queue of its own to the drill's buyers.
     let relay_subscriber = if args.drills.contains(&Drill::RelayFails) {
         let made =
-            subscriber::subscribe(&stack, &format!("lc-{run_id}-events"), &format!("fault-relay-{run_id}-")).await?;
+            subscriber::subscribe(&stack, &subscriber::name_for(&run_id), &format!("fault-relay-{run_id}-")).await?;
         if made.is_none() {
             let why = "relay-fails: the stack names no order event bus (ORDER_EVENT_BUS_NAME), so no subscriber \
                        queue can show its events: checked by its effects only";

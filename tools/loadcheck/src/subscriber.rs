@@ -81,6 +81,40 @@ pub async fn subscribe(stack: &Stack, name: &str, user_prefix: &str) -> Result<O
     Ok(Some(RunSubscriber { queue_url, rule: name.to_owned(), bus: bus.to_owned() }))
 }
 
+/// The name of the run's subscriber queue and rule.
+pub fn name_for(run_id: &str) -> String {
+    format!("lc-{run_id}-events")
+}
+
+/// Removes whatever a run that failed midway left of its subscriber (the
+/// queue, the rule and its target, each possibly never made): a missing
+/// part is not an error.
+pub async fn remove_leftover(stack: &Stack, name: &str) -> Result<(), String> {
+    use aws_sdk_eventbridge::operation::remove_targets::RemoveTargetsError;
+    use aws_sdk_sqs::operation::get_queue_url::GetQueueUrlError;
+    let failed = |what: &str, e: &dyn std::fmt::Display| format!("removing the run's event subscriber: {what}: {e}");
+    if let Some(bus) = stack.get_opt("ORDER_EVENT_BUS_NAME") {
+        let events = aws_sdk_eventbridge::Client::new(&stack.sdk);
+        match events.remove_targets().rule(name).event_bus_name(bus).ids("loadcheck").send().await {
+            Ok(_) => {}
+            Err(e) if matches!(e.as_service_error(), Some(RemoveTargetsError::ResourceNotFoundException(_))) => {}
+            Err(e) => return Err(failed("its target", &e)),
+        }
+        // Deleting a rule that is not there succeeds.
+        events.delete_rule().name(name).event_bus_name(bus).send().await.map_err(|e| failed("its rule", &e))?;
+    }
+    let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
+    match sqs.get_queue_url().queue_name(name).send().await {
+        Ok(out) => {
+            let url = out.queue_url.unwrap_or_default();
+            sqs.delete_queue().queue_url(url).send().await.map_err(|e| failed("its queue", &e))?;
+        }
+        Err(e) if matches!(e.as_service_error(), Some(GetQueueUrlError::QueueDoesNotExist(_))) => {}
+        Err(e) => return Err(failed("finding its queue", &e)),
+    }
+    Ok(())
+}
+
 impl RunSubscriber {
     /// Removes the rule and the queue (a run leaves nothing behind on the
     /// stack; `--check` later says the queue is gone and skips that check).
