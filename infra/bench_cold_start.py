@@ -253,8 +253,20 @@ def functions(aws_endpoint: str) -> list[dict]:
     return sorted(out, key=lambda f: f["handler"])
 
 
-def base_env(aws_endpoint: str, fn: dict) -> dict:
+# The trust store as Lambda's al2023 image lays it out: one PEM bundle and
+# no per-certificate files. The SDK's rustls loads the system's roots at
+# client creation (rustls-native-certs: the bundle file plus every file of
+# the certificate directory); on a Debian host that directory holds each
+# root again as its own file, so without these two variables the Rust init
+# would parse every root twice, which Lambda never does. `SSL_CERT_FILE`
+# alone makes rustls-native-certs read that file only. Set by
+# `--cert-layout al2023` (the default); `host` leaves the host's layout.
+AL2023_CERTS = {"SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt"}
+
+
+def base_env(aws_endpoint: str, fn: dict, cert_layout: str = "al2023") -> dict:
     return {
+        **(AL2023_CERTS if cert_layout == "al2023" else {}),
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "AWS_REGION": REGION, "AWS_DEFAULT_REGION": REGION,
         "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
@@ -279,6 +291,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--only", help="comma-separated handler names")
     ap.add_argument("--json", help="write every run's figures here")
+    ap.add_argument("--cert-layout", choices=["al2023", "host"], default="al2023",
+                    help="al2023: one CA bundle, as in Lambda's image (default); host: this machine's "
+                         "bundle plus its per-certificate directory")
     args = ap.parse_args()
     if not os.path.isfile(args.bootstrap):
         sys.exit(f"no bootstrap at {args.bootstrap}: infra/release.sh --arch x86_64 --lambda-dir target/lambda-x86_64")
@@ -296,14 +311,15 @@ def main() -> int:
     print(f"bootstrap {args.bootstrap}: {raw / 2**20:.1f} MiB, zipped {zipped_size(args.bootstrap) / 2**20:.1f} MiB "
           f"(one file for all {len(fns)} functions); Python reference: {sys.version.split()[0]}, "
           f"boto3 {sys.modules['boto3'].__version__} (in the Lambda Python runtime: the handler zip is "
-          f"{os.path.getsize(python_ref[1]) / 1024:.1f} KiB of source); {args.runs} runs each, medians")
+          f"{os.path.getsize(python_ref[1]) / 1024:.1f} KiB of source); {args.runs} runs each, medians; "
+          f"trust store layout: {args.cert_layout}")
     print(f"{'function':<16} {'clients':<26} {'Rust init':>10} {'1st invoke':>11} {'peak RSS':>9} | "
           f"{'Python init':>11} {'1st invoke':>11} {'peak RSS':>9}  first answer (Rust)")
     results = []
     for fn in fns:
         event_file = EVENTS.get(fn["handler"])
         event = open(os.path.join(ROOT, "events", event_file), "rb").read() if event_file else b"{}"
-        env = base_env(endpoint, fn)
+        env = base_env(endpoint, fn, args.cert_layout)
         row = {"handler": fn["handler"], "clients": fn["clients"], "rust": [], "python": []}
         for _ in range(args.runs):
             row["rust"].append(cold_start([args.bootstrap], env, event))

@@ -66,7 +66,10 @@ pub struct Args {
     /// within a minute locally), each with the window that makes the
     /// `expire_at`s spread evenly over `--expire-spread` seconds, starting
     /// one payment window (the stack's) after the run starts. Needs
-    /// `--unpaid-only` and no drills.
+    /// `--unpaid-only` and no drills. The orders go into the due index's
+    /// shards as `DUE_SHARDS` says (default 16, the template's
+    /// `DueIndexShards` default, which `infra/local.sh` keeps): export it
+    /// when the stack was deployed with another count.
     #[arg(long, requires = "unpaid_only")]
     pub place_direct: bool,
     /// With `--place-direct`: the seconds the `expire_at`s spread over.
