@@ -347,6 +347,7 @@ async fn run_inner(args: Args) -> Result<i32, String> {
         ProgressDrawTarget::stderr()
     });
     let t_traffic = Instant::now();
+    let mut restarted_at = None;
     let (driven, last_create, restart_note) = if args.place_direct {
         let buyers: BTreeMap<String, String> = {
             let mut m = BTreeMap::new();
@@ -450,11 +451,14 @@ async fn run_inner(args: Args) -> Result<i32, String> {
         let mut restart_note = None;
         if let Some(task) = restart {
             let note = match task.await {
-                Ok(Ok((at, took))) => format!(
+                Ok(Ok((at, took))) => {
+                    restarted_at = Some(at);
+                    format!(
                     "drill emulator-restart: ministack stopped and started again with its state at {} ({took:.1} s), \
                      half the orders created; calls in flight then were retried",
-                    at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
-                ),
+                        at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+                    )
+                }
                 Ok(Err(e)) => return Err(format!("drill emulator-restart: {e}")),
                 Err(e) => return Err(format!("drill emulator-restart: {e}")),
             };
@@ -470,6 +474,7 @@ async fn run_inner(args: Args) -> Result<i32, String> {
         skus: skus.clone(),
         coupons: coupons.clone(),
         started_at: Some(started_at),
+        restarted_at,
         event_queue_url: relay_subscriber.as_ref().map(|s| s.queue_url.clone()),
         ..Default::default()
     };
@@ -669,6 +674,7 @@ fn write_scope(path: &std::path::Path, scope: &Scope) -> Result<(), String> {
         "open_bound_seconds": scope.open_bound.as_secs(),
         "started_at": scope.started_at.and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok()),
         "relay_orders": scope.relay_orders, "event_queue_url": scope.event_queue_url,
+        "restarted_at": scope.restarted_at.and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok()),
     });
     std::fs::write(path, serde_json::to_string_pretty(&v).unwrap_or_default())
         .map_err(|e| format!("{}: {e}", path.display()))
@@ -694,6 +700,9 @@ fn read_scope(path: &std::path::Path) -> Result<Scope, String> {
             .as_str()
             .and_then(|t| OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()),
         relay_orders: strings("relay_orders"),
+        restarted_at: v["restarted_at"]
+            .as_str()
+            .and_then(|t| OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()),
         event_queue_url: v["event_queue_url"].as_str().map(str::to_owned),
     })
 }
