@@ -400,7 +400,12 @@ pub trait DueIndex: Send + Sync {
     /// order is on its way, so the next runs leave the order to it until
     /// then. Rejected when the order moved meanwhile (final, paid, or a
     /// closer took or held its lease, which sets the entry itself).
-    async fn snooze(&self, shard: &str, entry: &DueEntry, until: Timestamp) -> Result<Cas, Unavailable>;
+    /// `Some(due)` when moved: the due time the order's own writes gave
+    /// it (`expire_at` while PENDING_PAYMENT, the lease's end while
+    /// CLOSING), which a snooze does not restart, so that the sweep's
+    /// oldest-overdue figure keeps growing for an order reminded and left
+    /// open. `None` when refused.
+    async fn snooze(&self, shard: &str, entry: &DueEntry, until: Timestamp) -> Result<Option<Timestamp>, Unavailable>;
     async fn sweep_cursors(&self) -> Result<SweepCursors, Unavailable>;
     /// Stores `cursors` if the stored version is still `cursors.version`.
     async fn save_sweep_cursors(&self, cursors: &SweepCursors) -> Result<Cas, Unavailable>;

@@ -251,6 +251,55 @@ async fn a_reminded_order_is_left_to_its_reminder_until_remind_again_after_then_
     );
 }
 
+/// Ten minutes of one-minute sweep runs whose reminders are all taken and
+/// leave the order open; the largest oldest-overdue figure reported and how
+/// many runs reminded it.
+async fn sweep_an_order_nobody_closes(w: &World, o: &Order) -> (Duration, u32) {
+    let (mut worst, mut reminded) = (Duration::ZERO, 0);
+    let start = w.clock.now().unix_millis();
+    for minute in 1..=10 {
+        w.clock.set(start + minute * 60_000);
+        let (r, calls) = w.sweep(&cfg()).await;
+        if calls.contains(&format!("close {}", o.order_id)) {
+            reminded += 1;
+            worst = worst.max(r.oldest_open_overdue);
+        }
+    }
+    assert!(!w.store.order(&o.order_id).await.unwrap().unwrap().status.is_final());
+    (worst, reminded)
+}
+
+#[tokio::test]
+async fn an_order_reminded_but_left_open_shows_its_full_overdue_time_to_the_alarm() {
+    // The OverdueOpenOrder alarm (default 150 s) is the net for a close path
+    // that takes the sweep's reminders and leaves the order open. The
+    // entry's due time restarts with each snooze, so the figure must count
+    // from the due time the order's own writes gave it: `expire_at` while
+    // PENDING_PAYMENT, the lease's end while CLOSING.
+    const ALARM: Duration = Duration::from_secs(150);
+    let w = World::new().await;
+    let pending = w.order().await; // expires at T0 + 60 s
+    w.clock.set(T0 + 60_000);
+    let (worst, reminded) = sweep_an_order_nobody_closes(&w, &pending).await;
+    assert!(reminded >= 2, "reminded again after remind_again_after: {reminded}");
+    assert!(worst > ALARM, "PENDING_PAYMENT nine minutes past expire_at, yet the figure peaks at {worst:?}");
+
+    // A closer claims CLOSING and dies: nothing but the sweep brings it back.
+    let w = World::new().await;
+    let closing = w.order().await;
+    w.clock.set(T0 + 60_000);
+    let lease = ClosingLease {
+        started_at: w.clock.now(),
+        owner: "died".into(),
+        lease_until: w.clock.now().plus(Duration::from_secs(30)),
+        resumes: 0,
+    };
+    assert_eq!(w.store.begin_closing(&closing, &lease, w.clock.now()).await.unwrap(), Cas::Applied);
+    let (worst, reminded) = sweep_an_order_nobody_closes(&w, &closing).await;
+    assert!(reminded >= 2, "reminded again after remind_again_after: {reminded}");
+    assert!(worst > ALARM, "CLOSING eight minutes past its lease, yet the figure peaks at {worst:?}");
+}
+
 #[tokio::test]
 async fn a_snooze_never_moves_an_entry_that_changed_after_the_sweep_read_it() {
     let w = World::new().await;
@@ -276,9 +325,9 @@ async fn a_snooze_never_moves_an_entry_that_changed_after_the_sweep_read_it() {
     let _ = w.closer().close(&leased.order_id, "t").await.unwrap();
     let before = [w.index_entry(&closed.order_id).await, w.index_entry(&leased.order_id).await];
     let until = w.clock.now().plus(Duration::from_secs(180));
-    assert_eq!(w.store.snooze(&shard, &stale_closed, until).await.unwrap(), Cas::Rejected);
+    assert_eq!(w.store.snooze(&shard, &stale_closed, until).await.unwrap(), None);
     let leased_shard = keys::due_shard(&leased.order_id, w.store.shards().count);
-    assert_eq!(w.store.snooze(&leased_shard, &stale_leased, until).await.unwrap(), Cas::Rejected);
+    assert_eq!(w.store.snooze(&leased_shard, &stale_leased, until).await.unwrap(), None);
     let after = [w.index_entry(&closed.order_id).await, w.index_entry(&leased.order_id).await];
     assert_eq!(before, after, "the close's and the lease's own entries stand");
 }

@@ -7,7 +7,7 @@ use crate::domain::{OrderId, PaymentId, Timestamp};
 use crate::ports::Unavailable;
 use crate::store::{Cas, DueCursor, DueEntry, DueIndex, DueItem, DuePage, SweepCursors};
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::{AttributeValue as Av, ReturnConsumedCapacity};
+use aws_sdk_dynamodb::types::{AttributeValue as Av, ReturnConsumedCapacity, ReturnValue};
 
 pub const DUE_INDEX: &str = "due-index";
 const CURSOR_PK: &str = "SWEEP#CURSORS";
@@ -25,6 +25,18 @@ pub fn due_item(pk: &str, sk: &str) -> DueItem {
     match sk.strip_prefix("REFUND#").map(PaymentId::parse) {
         Some(Ok(payment_id)) => DueItem::Refund(order_id, payment_id),
         _ => unrecognised(),
+    }
+}
+
+/// The due time an open order's own writes give its entry: the lease's end
+/// while CLOSING (begin / resume / hold), `expire_at` while PENDING_PAYMENT
+/// (create). `None` for an image without them.
+fn own_due_time(order: &Item) -> Option<Timestamp> {
+    let text = |v: Option<&Av>| v.and_then(|v| v.as_s().ok()).and_then(|t| Timestamp::parse(t).ok());
+    match order.get("status").and_then(|v| v.as_s().ok()).map(String::as_str) {
+        Some("CLOSING") => text(order.get("closing").and_then(|c| c.as_m().ok()).and_then(|c| c.get("lease_until"))),
+        Some("PENDING_PAYMENT") => text(order.get("expire_at")),
+        _ => None,
     }
 }
 
@@ -95,10 +107,10 @@ impl DueIndex for DynamoStore {
         })
     }
 
-    async fn snooze(&self, shard: &str, entry: &DueEntry, until: Timestamp) -> Result<Cas, Unavailable> {
+    async fn snooze(&self, shard: &str, entry: &DueEntry, until: Timestamp) -> Result<Option<Timestamp>, Unavailable> {
         let (Some(pk), Some(sk), Some(seen)) = (entry.key.get("pk"), entry.key.get("sk"), entry.key.get("due_at"))
         else {
-            return Ok(Cas::Rejected);
+            return Ok(None);
         };
         // The condition compares the stored strings: the entry is exactly
         // the one the sweep read (same shard, same due time), so a lease
@@ -114,11 +126,14 @@ impl DueIndex for DynamoStore {
             .expression_attribute_values(":until", s(until.to_string()))
             .expression_attribute_values(":shard", s(shard))
             .expression_attribute_values(":seen", s(seen.as_str()))
+            // The order as it was, to tell the sweep how long it has really
+            // been due (returned values cost no read capacity).
+            .return_values(ReturnValue::AllOld)
             .send()
             .await;
         match res {
-            Ok(_) => Ok(Cas::Applied),
-            Err(e) if super::dynamo::is_condition_failure(&e) => Ok(Cas::Rejected),
+            Ok(out) => Ok(Some(own_due_time(out.attributes().unwrap_or(&Default::default())).unwrap_or(entry.due_at))),
+            Err(e) if super::dynamo::is_condition_failure(&e) => Ok(None),
             Err(e) => Err(Unavailable::new("snooze a due-index entry", e)),
         }
     }

@@ -241,7 +241,16 @@ async fn sweep_shard<I: DueIndex, R: Redrive>(
                 .collect();
             log_found(&ids);
             match redrive.close(&ids).await {
-                Ok(()) => report.snoozed += snooze_all(index, shard, &close, now.plus(cfg.remind_again_after)).await,
+                Ok(()) => {
+                    let (moved, oldest) = snooze_all(index, shard, &close, now.plus(cfg.remind_again_after)).await;
+                    report.snoozed += moved;
+                    // Counted from the order's own due time: the entry's
+                    // restarts with every snooze, and an order reminded and
+                    // left open must still reach the overdue alarm.
+                    if let Some(due) = oldest {
+                        report.oldest_open_overdue = report.oldest_open_overdue.max(due.until(now));
+                    }
+                }
                 Err(e) => {
                     warn!(error = %e, "close reminders not sent; the next run finds the orders again");
                     report.failures += close.len() as u32;
@@ -283,22 +292,31 @@ async fn bounded<F: std::future::Future<Output = Result<(), Unavailable>>>(f: F,
     }
 }
 
-/// Moves the entries of orders just reminded to `until`; how many moved. A
+/// Moves the entries of orders just reminded to `until`: how many moved,
+/// and the earliest own due time among them (see [`DueIndex::snooze`]). A
 /// move that fails or is refused costs nothing but a reminder more at the
 /// next run: the entry is where it was.
-async fn snooze_all<I: DueIndex>(index: &I, shard: &str, entries: &[&DueEntry], until: Timestamp) -> u32 {
+async fn snooze_all<I: DueIndex>(
+    index: &I,
+    shard: &str,
+    entries: &[&DueEntry],
+    until: Timestamp,
+) -> (u32, Option<Timestamp>) {
     let moved = futures_util::future::join_all(entries.iter().map(|e| index.snooze(shard, e, until))).await;
-    let mut count = 0;
+    let (mut count, mut oldest) = (0, None::<Timestamp>);
     for r in moved {
         match r {
-            Ok(Cas::Applied) => count += 1,
-            Ok(Cas::Rejected) => {}
+            Ok(Some(due)) => {
+                count += 1;
+                oldest = Some(oldest.map_or(due, |o| o.min(due)));
+            }
+            Ok(None) => {}
             Err(e) => {
                 warn!(error = %e, "a reminded order's entry was not moved ahead; the next run may remind it again")
             }
         }
     }
-    count
+    (count, oldest)
 }
 
 /// The longest one re-drive may take.
