@@ -787,6 +787,13 @@ fn check_final_events(
         *counts.entry(format!("events.{kind}")).or_default() += 1;
         got.entry(order).or_default().push(kind);
     }
+    // How far the relay had read when the emulator stopped: the latest
+    // change before the stop whose event arrived. The stream is one shard
+    // read in order, so a change at or before it was read too, and its
+    // missing event is not the restart's doing (2 s for writers' clocks).
+    let read_up_to = scope.restarted_at.and_then(|stop| {
+        events.iter().filter_map(|e| time_of(&e["detail"]["occurred_at"])).filter(|t| *t <= stop).max()
+    });
     for id in &scope.relay_orders {
         let Some(order) = records.orders.get(id).and_then(|r| r.order.as_ref()) else { continue };
         let want = match order["status"].as_str() {
@@ -801,7 +808,11 @@ fn check_final_events(
             .and_then(|h| h.iter().rev().find(|e| e["to"].as_str() == order["status"].as_str()))
             .and_then(|e| time_of(&e["at"]));
         let lost_in_restart = match (scope.restarted_at, final_at) {
-            (Some(stop), Some(at)) => at <= stop && stop - at <= RESTART_EVENT_LOSS_WINDOW,
+            (Some(stop), Some(at)) => {
+                at <= stop
+                    && stop - at <= RESTART_EVENT_LOSS_WINDOW
+                    && read_up_to.is_none_or(|read| at + Duration::from_secs(2) > read)
+            }
             _ => false,
         };
         if !kinds.contains(&want) && lost_in_restart {
@@ -1552,6 +1563,13 @@ mod tests {
             scope.restarted_at = Some(stop);
             assert_eq!(broken(&r, &scope), ["final_event_undelivered"], "restart at {stop}");
         }
+        // An event of a change after `late`'s close arrived before the stop:
+        // the relay had read past the close, so its missing event is real.
+        scope.restarted_at = Some(at(T2) + Duration::from_secs(60));
+        let mut later = event("OrderPlaced", "paid");
+        later["detail"]["occurred_at"] = json!("2026-11-30T10:00:41.500Z");
+        r.delivered_events.as_mut().unwrap().push(later);
+        assert_eq!(broken(&r, &scope), ["final_event_undelivered"], "read past it");
     }
 
     #[test]
