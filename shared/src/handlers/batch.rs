@@ -69,36 +69,26 @@ where
     response
 }
 
-/// How many messages of one SQS batch are handled at once. Each one is an
-/// independent, idempotent step on one order (a conditional write or a
-/// transaction decides it), so they need no order among them; handling
-/// them one after the other made a batch of ten cost ten round trips to
-/// the table in a row. Two messages about the same order in one batch (a
-/// wake-up and a sweep reminder) race like two closers do: the conditional
-/// write lets one win and the other finds the order already moved.
-pub const SQS_MESSAGES_AT_ONCE: usize = 10;
-
-/// Processes SQS messages independently (up to [`SQS_MESSAGES_AT_ONCE`] at
-/// a time) and names only the failed ones, so one bad message never makes
-/// the rest of the batch run again.
+/// Processes SQS messages one after the other and names only the failed
+/// ones, so one bad message never makes the rest of the batch run again.
+///
+/// One at a time on purpose: handling a batch's messages concurrently (up
+/// to 10) was tried for the drain benchmark (BENCHMARKS.md 3a) and made no
+/// difference on the emulator, while on AWS it would multiply the
+/// transactions meeting on one hot SKU's stock item during a mass expiry
+/// (every release of a batch at once, times the mapping's concurrency), and
+/// a transaction that loses its retries waits out the queue's visibility
+/// timeout.
 pub async fn each_sqs_message<F, Fut, E>(event: SqsEvent, mut f: F) -> SqsBatchResponse
 where
     F: FnMut(SqsMessage) -> Fut,
     Fut: Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
-    use futures_util::StreamExt;
-    let handled: Vec<(String, Result<(), E>)> = futures_util::stream::iter(event.records.into_iter().map(|message| {
-        let id = message.message_id.clone().unwrap_or_default();
-        let outcome = f(message);
-        async move { (id, outcome.await) }
-    }))
-    .buffered(SQS_MESSAGES_AT_ONCE)
-    .collect()
-    .await;
     let mut response = SqsBatchResponse::default();
-    for (id, outcome) in handled {
-        if let Err(e) = outcome {
+    for message in event.records {
+        let id = message.message_id.clone().unwrap_or_default();
+        if let Err(e) = f(message).await {
             error!(message_id = %id, error = %e, "message failed; will be retried");
             let mut failure = BatchItemFailure::default();
             failure.item_identifier = id;
@@ -217,35 +207,13 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_messages_of_a_batch_are_handled_at_the_same_time() {
-        // Every handler waits until all of them have started: handled one
-        // after the other, the first would wait for ever (the timeout fails
-        // the test instead).
-        let n = SQS_MESSAGES_AT_ONCE;
-        let all_started = std::sync::Arc::new(tokio::sync::Barrier::new(n));
-        let handled = each_sqs_message(messages(n), |_| {
-            let all_started = all_started.clone();
-            async move {
-                all_started.wait().await;
-                Ok::<(), String>(())
-            }
-        });
-        let response = tokio::time::timeout(std::time::Duration::from_secs(5), handled)
-            .await
-            .expect("the handlers ran one after the other");
-        assert!(response.batch_item_failures.is_empty());
-    }
-
-    #[tokio::test]
     async fn only_the_failed_messages_are_named_in_batch_order_and_the_rest_run() {
         let ran = Mutex::new(Vec::new());
         let response = each_sqs_message(messages(25), |m| {
             let id = m.message_id.clone().unwrap();
             ran.lock().unwrap().push(id.clone());
             async move {
-                // Later messages finish first, to show the answer keeps the batch's order.
                 let i: u64 = id[1..].parse().unwrap();
-                tokio::time::sleep(std::time::Duration::from_millis(30 - i)).await;
                 if i % 7 == 3 {
                     Err(format!("{id} failed"))
                 } else {
