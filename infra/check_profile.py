@@ -32,7 +32,8 @@ from template_check import _condition, _parameter_values, load, run_checks, tran
 # What infra/local.sh deploys (the parameters the Rules look at).
 LOCAL_DEV = {"Stage": "dev", "EnableSandboxChannel": "true", "FaultInjection": "on",
              "WebhookSecretParameterName": "/order-expiry/webhook-secret",
-             "SandboxWebhookSecretParameterName": "/order-expiry/sandbox-webhook-secret"}
+             "SandboxWebhookSecretParameterName": "/order-expiry/sandbox-webhook-secret",
+             "StripeApiBaseUrl": "http://127.0.0.1:8420", "StripeTestServer": "localstripe"}
 
 # (parameters, the rule that must refuse them or None when they must deploy)
 RULE_CASES: list[tuple[dict, str | None]] = [
@@ -42,6 +43,8 @@ RULE_CASES: list[tuple[dict, str | None]] = [
     ({"Stage": "prod", "FaultInjection": "on"}, "ProdRefusesFaultInjection"),
     ({"Stage": "prod", "EnableSandboxChannel": "true"}, "ProdRefusesSandboxChannel"),
     ({"Stage": "prod", "LocalApiId": "abc123"}, "ProdRefusesLocalApiId"),
+    ({"Stage": "prod", "StripeApiBaseUrl": "http://127.0.0.1:8420"}, "ProdTalksToStripe"),
+    ({"Stage": "prod", "StripeTestServer": "localstripe"}, "ProdTalksToStripe"),
     ({"Stage": "dev", "EnableSandboxChannel": "true",
       "SandboxWebhookSecretParameterName": "/order-expiry/webhook-secret"}, "SandboxHasItsOwnSecret"),
     ({"Stage": "prod", "PaymentChannelName": "sandbox"}, "SandboxHasItsOwnSecret"),

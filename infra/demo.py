@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """The local demo: seed stock and a coupon, create a few orders through the
-HTTP API, leave them unpaid, and watch them close at their expiry with the
-stock and the coupon returned. Reads .local/stack.env from the environment.
+HTTP API, pay one of them through Stripe (localstripe, playing the part
+Stripe.js plays in a shop's checkout), leave the others unpaid, and watch
+the paid one stay PAID with its stock sold while the others close at their
+expiry with the stock and the coupon returned. Reads .local/stack.env from
+the environment.
 
 Admin routes are AWS_IAM-authorised, so those calls are SigV4-signed (the
 emulator accepts any credentials, but like AWS it rejects unsigned calls).
@@ -66,6 +69,27 @@ def must(status_body, want):
     return body
 
 
+def stripe(method, path, form=None):
+    """A call to the Stripe API (localstripe here) with the stack's test key."""
+    import base64
+    import urllib.parse
+    base = os.environ["STRIPE_API_BASE_URL"].rstrip("/")
+    key = base64.b64encode((os.environ["STRIPE_SECRET_KEY"] + ":").encode()).decode()
+    data = urllib.parse.urlencode(form or {}).encode() if method == "POST" else None
+    req = urllib.request.Request(base + path, data=data, method=method, headers={"Authorization": "Basic " + key})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def pay_with_card(intent_id, card="4242424242424242"):
+    """What the buyer's browser does with Stripe.js and the client_secret:
+    a card payment method on the intent, then the confirmation."""
+    pm = stripe("POST", "/v1/payment_methods", {"type": "card", "card[number]": card, "card[exp_month]": "12",
+                                                "card[exp_year]": "2034", "card[cvc]": "123"})
+    stripe("POST", f"/v1/payment_intents/{intent_id}", {"payment_method": pm["id"]})
+    return stripe("POST", f"/v1/payment_intents/{intent_id}/confirm")
+
+
 def parse(ts):
     return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
 
@@ -98,9 +122,27 @@ def main():
     say(f"stock now {must(call('GET', f'/admin/skus/{sku}', signed=True), 200)}; coupon "
         f"{must(call('GET', f'/admin/coupons/{coupon}', signed=True), 200)['state']}")
 
-    say("leaving the orders unpaid; waiting for their wake-ups ...")
+    paid = orders[1]
+    attempt = must(call("POST", f"/orders/{paid['order_id']}/payments", {"channel": "stripe"},
+                        {"Idempotency-Key": f"demo-{run}-pay"}, buyer="bob"), 201)
+    intent_id = attempt["client_secret"].split("_secret_")[0]
+    say(f"bob pays {paid['order_id']} through Stripe: payment {attempt['payment_id']}, PaymentIntent {intent_id} "
+        f"(the API hands his client the client_secret and {attempt.get('publishable_key')})")
+    confirmed = pay_with_card(intent_id)
+    say(f"card 4242 4242 4242 4242 confirmed at Stripe: intent {confirmed['status']}")
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        view = must(call("GET", f"/orders/{paid['order_id']}", buyer="bob"), 200)
+        if view["status"] == "PAID":
+            break
+        time.sleep(1)
+    else:
+        sys.exit(f"[demo] {paid['order_id']} is not PAID after the Stripe webhook (see infra/local.sh logs)")
+    say(f"{paid['order_id']} PAID (Stripe's payment_intent.succeeded webhook, checked against the intent)")
+
+    say("leaving the other orders unpaid; waiting for their wake-ups ...")
     deadline = time.time() + int(window if window.isdigit() else 30) + 120
-    pending = {o["order_id"] for o in orders}
+    pending = {o["order_id"] for o in orders if o is not paid}
     while pending and time.time() < deadline:
         for oid in sorted(pending):
             view = must(call("GET", f"/orders/{oid}", buyer=OWNERS[oid]), 200)
@@ -118,12 +160,12 @@ def main():
     while time.time() < deadline:
         s = must(call("GET", f"/admin/skus/{sku}", signed=True), 200)
         c = must(call("GET", f"/admin/coupons/{coupon}", signed=True), 200)
-        if s["available"] == 5 and s["reserved"] == 0 and c["state"] == "AVAILABLE":
+        if s["available"] == 4 and s["reserved"] == 0 and c["state"] == "AVAILABLE":
             break
         time.sleep(1)
     else:
         sys.exit("[demo] stock or coupon not released in time")
-    say(f"stock restored: {s}; coupon {coupon}: {c['state']} ({c.get('reason', '')})")
+    say(f"stock: the closed orders' units back, bob's sold: {s}; coupon {coupon}: {c['state']} ({c.get('reason', '')})")
     for o in orders:
         v = must(call("GET", f"/orders/{o['order_id']}", buyer=OWNERS[o["order_id"]]), 200)
         items = ", ".join(f"{i['sku']} x{i['qty']} {i['reservation']}" for i in v["items"])

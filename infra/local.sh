@@ -8,8 +8,9 @@ usage() {
 Usage: infra/local.sh <command>
 
 Commands
-  up      tools -> build -> start ministack -> put the webhook secret ->
-          deploy template.yaml -> write .local/stack.env -> print the API URL.
+  up      tools -> build -> start ministack and localstripe -> put the secrets
+          -> deploy template.yaml -> point localstripe's webhooks at the API
+          -> write .local/stack.env -> print the API URL.
           A running local stack is stopped first, so `up` always starts clean.
   down    stop every process started under .local/ and delete .local/
   restart stop the emulator and start it again with its state (only after
@@ -26,8 +27,14 @@ Environment (defaults in brackets)
   PAYMENT_WINDOW_SECONDS [30]        order payment window for the local stack
   GATEWAY_PORT [4566]                ministack port (bound to 127.0.0.1)
   AWS_REGION [us-east-1]
-  WEBHOOK_SECRET [local-webhook-secret]  value put into the SSM parameter
+  WEBHOOK_SECRET [whsec_localcurrent,whsec_localprevious]  the Stripe webhook signing
+                                     secrets put into the SSM parameter (two: a rotation);
+                                     localstripe signs with the first
   WEBHOOK_SECRET_PARAMETER [/order-expiry/webhook-secret]   (the provider channel's secret)
+  STRIPE_PORT [8420]                 localstripe's port (bound to 127.0.0.1)
+  STRIPE_SECRET_KEY [sk_test_localorderexpiry]  the key put into the SSM parameter
+  STRIPE_SECRET_KEY_PARAMETER [/order-expiry/stripe-secret-key]
+  STRIPE_PUBLISHABLE_KEY [pk_test_localorderexpiry]
   SANDBOX_WEBHOOK_SECRET [local-sandbox-webhook-secret]      the sandbox channel's own secret
   SANDBOX_WEBHOOK_SECRET_PARAMETER [/order-expiry/sandbox-webhook-secret]
   MERCHANT_ID [merchant-local]       LOG_LEVEL [info]  (RUST_LOG of the functions)
@@ -64,7 +71,12 @@ case "$LOCAL_EMULATOR" in
   external) ENDPOINT="${AWS_ENDPOINT_URL:-http://localhost.localstack.cloud:4566}" ;;
   *) echo "LOCAL_EMULATOR must be ministack or external" >&2; exit 2 ;;
 esac
-WEBHOOK_SECRET="${WEBHOOK_SECRET:-local-webhook-secret}"
+WEBHOOK_SECRET="${WEBHOOK_SECRET:-whsec_localcurrent,whsec_localprevious}"
+STRIPE_PORT="${STRIPE_PORT:-8420}"
+STRIPE_API_BASE_URL="http://127.0.0.1:${STRIPE_PORT}"
+STRIPE_SECRET_KEY="${STRIPE_SECRET_KEY:-sk_test_localorderexpiry}"
+STRIPE_SECRET_KEY_PARAMETER="${STRIPE_SECRET_KEY_PARAMETER:-/order-expiry/stripe-secret-key}"
+STRIPE_PUBLISHABLE_KEY="${STRIPE_PUBLISHABLE_KEY:-pk_test_localorderexpiry}"
 WEBHOOK_SECRET_PARAMETER="${WEBHOOK_SECRET_PARAMETER:-/order-expiry/webhook-secret}"
 SANDBOX_WEBHOOK_SECRET="${SANDBOX_WEBHOOK_SECRET:-local-sandbox-webhook-secret}"
 SANDBOX_WEBHOOK_SECRET_PARAMETER="${SANDBOX_WEBHOOK_SECRET_PARAMETER:-/order-expiry/sandbox-webhook-secret}"
@@ -186,12 +198,52 @@ start_ministack() {
   die "ministack did not become healthy in 20s"
 }
 
+# ---------------------------------------------------------- localstripe
+# The Stripe test server (a third party's, see infra/localstripe_server.py):
+# in memory, on 127.0.0.1 only. The functions reach it through the
+# StripeApiBaseUrl parameter (dev only).
+start_localstripe() {
+  local t0=$SECONDS i
+  port_busy "$STRIPE_PORT" && die "port $STRIPE_PORT is in use by a process not started from .local/ (stop it or set STRIPE_PORT)"
+  say "starting localstripe on $STRIPE_API_BASE_URL (log: .local/localstripe.log)"
+  ( exec setsid "$ROOT/.venv-localstripe/bin/python" infra/localstripe_server.py --port "$STRIPE_PORT" \
+      >"$STATE/localstripe.log" 2>&1 </dev/null ) &
+  echo $! >"$STATE/localstripe.pid"
+  for i in $(seq 1 100); do
+    if curl -fsS -u "$STRIPE_SECRET_KEY:" "$STRIPE_API_BASE_URL/v1/payment_intents?limit=1" >/dev/null 2>&1; then
+      ok "localstripe ready in $((SECONDS - t0))s (pid $(cat "$STATE/localstripe.pid"))"
+      return 0
+    fi
+    pid_alive "$STATE/localstripe.pid" || { tail -20 "$STATE/localstripe.log" >&2; die "localstripe exited"; }
+    sleep 0.2
+  done
+  die "localstripe did not answer in 20s"
+}
+
+# localstripe's webhook endpoint: the stack's notify route, signed with the
+# first of the webhook secrets, for the events a real endpoint subscribes to.
+point_stripe_webhooks() {
+  local url="$API_BASE_URL/payments/stripe/notify"
+  say "localstripe webhooks -> $url"
+  .venv/bin/python - "$STRIPE_API_BASE_URL" "$url" "${WEBHOOK_SECRET%%,*}" <<'PY'
+import json, sys, urllib.request
+base, url, secret = sys.argv[1:]
+events = ["payment_intent.succeeded", "payment_intent.processing", "payment_intent.payment_failed",
+          "payment_intent.canceled", "refund.created", "refund.updated", "refund.failed"]
+req = urllib.request.Request(f"{base}/_config/webhooks/order-expiry", method="POST",
+                             data=json.dumps({"url": url, "secret": secret, "events": events}).encode(),
+                             headers={"Content-Type": "application/json"})
+urllib.request.urlopen(req, timeout=10).read()
+PY
+}
+
 # -------------------------------------------------------------- deploy
 put_secret() {
-  say "putting SSM parameters $WEBHOOK_SECRET_PARAMETER and $SANDBOX_WEBHOOK_SECRET_PARAMETER (SecureString)"
+  say "putting SSM parameters $WEBHOOK_SECRET_PARAMETER, $SANDBOX_WEBHOOK_SECRET_PARAMETER and $STRIPE_SECRET_KEY_PARAMETER (SecureString)"
   aws_env
   .venv/bin/python - "$WEBHOOK_SECRET_PARAMETER" "$WEBHOOK_SECRET" \
-    "$SANDBOX_WEBHOOK_SECRET_PARAMETER" "$SANDBOX_WEBHOOK_SECRET" <<'PY'
+    "$SANDBOX_WEBHOOK_SECRET_PARAMETER" "$SANDBOX_WEBHOOK_SECRET" \
+    "$STRIPE_SECRET_KEY_PARAMETER" "$STRIPE_SECRET_KEY" <<'PY'
 import sys, boto3
 ssm = boto3.client("ssm")
 for name, value in zip(sys.argv[1::2], sys.argv[2::2]):
@@ -218,6 +270,11 @@ run_deploy() { # args: LocalApiId ApiBaseUrlOverride
     --param "SweepGraceSeconds=$SWEEP_GRACE_SECONDS" \
     --param "EffectsRedriveAfterSeconds=$EFFECTS_REDRIVE_AFTER_SECONDS" \
     --param "ApiBaseUrlOverride=$2" \
+    --param PaymentChannelName=stripe \
+    --param "StripeSecretKeyParameterName=$STRIPE_SECRET_KEY_PARAMETER" \
+    --param "StripePublishableKey=$STRIPE_PUBLISHABLE_KEY" \
+    --param "StripeApiBaseUrl=$STRIPE_API_BASE_URL" \
+    --param StripeTestServer=localstripe \
     --outputs-env "$STATE/outputs.env"
 }
 
@@ -255,6 +312,11 @@ deploy() {
     echo "WEBHOOK_SECRET=$WEBHOOK_SECRET"
     echo "SANDBOX_WEBHOOK_SECRET_PARAMETER=$SANDBOX_WEBHOOK_SECRET_PARAMETER"
     echo "SANDBOX_WEBHOOK_SECRET=$SANDBOX_WEBHOOK_SECRET"
+    echo "STRIPE_API_BASE_URL=$STRIPE_API_BASE_URL"
+    echo "STRIPE_SECRET_KEY=$STRIPE_SECRET_KEY"
+    echo "STRIPE_PUBLISHABLE_KEY=$STRIPE_PUBLISHABLE_KEY"
+    echo "STRIPE_WEBHOOK_SECRET=${WEBHOOK_SECRET%%,*}"
+    echo "STRIPE_WEBHOOK_SECRET_PREVIOUS=${WEBHOOK_SECRET#*,}"
     # stack outputs, UPPER_SNAKE; the output ApiBaseUrl (AWS form) is renamed
     grep -v '^API_BASE_URL=' "$STATE/outputs.env"
     echo "API_BASE_URL_AWS_FORM=$(sed -n 's/^API_BASE_URL=//p' "$STATE/outputs.env")"
@@ -294,6 +356,7 @@ cmd_up() {
     say "a local stack is running: stopping it first"
   fi
   stop_pidfile "$STATE/ministack.pid"
+  stop_pidfile "$STATE/localstripe.pid"
   rm -rf "$STATE/tmp" "$STATE/stack.env" "$STATE/ministack.log" "$STATE/persist"
   mkdir -p "$STATE"
   [[ "${SKIP_TOOLS:-0}" == 1 ]] || infra/tools.sh
@@ -305,8 +368,10 @@ cmd_up() {
     say "using the running emulator at $ENDPOINT"
     delete_stack
   fi
+  start_localstripe
   put_secret
   deploy
+  point_stripe_webhooks
   ok "local stack up in $((SECONDS - t0))s"
   echo
   echo "API base URL: $API_BASE_URL"

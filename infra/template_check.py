@@ -46,7 +46,10 @@ ACTIONS = os.path.join(ROOT, "infra", "iam-actions.yaml")
 # The parameter sets the checks translate with: the local/test deploy (dev,
 # sandbox on, as infra/local.sh deploys) and a production stack (defaults).
 PARAM_SETS: dict[str, dict[str, str]] = {
-    "dev": {"Stage": "dev", "EnableSandboxChannel": "true", "FaultInjection": "on", "LocalApiId": "abc123"},
+    "dev": {
+        "Stage": "dev", "EnableSandboxChannel": "true", "FaultInjection": "on", "LocalApiId": "abc123",
+        "StripeApiBaseUrl": "http://127.0.0.1:8420", "StripeTestServer": "localstripe",
+    },
     "prod": {"Stage": "prod"},
 }
 

@@ -2,6 +2,8 @@
 # Installs the project's tooling under the repo (nothing global):
 #   .venv/                  Python venv from infra/requirements.txt (pinned)
 #   .venv-checkov/          checkov, from infra/requirements-checkov.txt (pinned)
+#   .venv-localstripe/      localstripe (the Stripe test server), from
+#                           infra/requirements-localstripe.txt (pinned)
 #   .tools/dynamodb-local/  DynamoDB Local (AWS's engine) from the npm package
 #                           amplify-dynamodb-simulator, unpacked
 # Idempotent: a stamp file records what is installed; a second run is a no-op.
@@ -12,8 +14,9 @@ usage() {
 Usage: infra/tools.sh [--help]
 
 Creates/updates .venv (ministack, aws-sam-translator, boto3, cfn-lint,
-cargo-lambda; pinned in infra/requirements.txt) and .venv-checkov (checkov,
-pinned in infra/requirements-checkov.txt), and unpacks DynamoDB Local into
+cargo-lambda; pinned in infra/requirements.txt), .venv-checkov (checkov,
+pinned in infra/requirements-checkov.txt) and .venv-localstripe (localstripe,
+pinned in infra/requirements-localstripe.txt), and unpacks DynamoDB Local into
 .tools/dynamodb-local/. Safe to run repeatedly.
 
 Env: PYTHON (default python3), DDB_SIMULATOR_VERSION (default 2.9.30)
@@ -64,6 +67,22 @@ else
   .venv-checkov/bin/python -m pip install --quiet --disable-pip-version-check -r "$REQ_CK"
   echo "$want" > "$stamp"
   say ".venv-checkov ready in $((SECONDS - t0))s"
+fi
+
+# ---- localstripe ------------------------------------------------------------
+# Its own venv: localstripe pins aiohttp, which ministack's venv must not get.
+REQ_LS="infra/requirements-localstripe.txt"
+want="$(sha256sum "$REQ_LS" | cut -c1-16)"
+stamp=".venv-localstripe/.tools-stamp"
+if [[ -x .venv-localstripe/bin/python && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+  say ".venv-localstripe up to date"
+else
+  t0=$SECONDS
+  [[ -x .venv-localstripe/bin/python ]] || { say "creating .venv-localstripe"; "$PYTHON" -m venv .venv-localstripe; }
+  say "installing localstripe into .venv-localstripe"
+  .venv-localstripe/bin/python -m pip install --quiet --disable-pip-version-check -r "$REQ_LS"
+  echo "$want" > "$stamp"
+  say ".venv-localstripe ready in $((SECONDS - t0))s"
 fi
 
 # ---- DynamoDB Local ----------------------------------------------------------

@@ -289,6 +289,7 @@ fn domain_attempt(i: u8, status: PaymentStatus) -> PaymentAttempt {
         currency: Currency::parse("EUR").unwrap(),
         status,
         channel_txn_id: None,
+        channel_ref: None,
         // Attempts are made before expiry; the grace flag decides whether
         // "not found" is believed.
         created_at: ts(0),

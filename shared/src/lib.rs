@@ -13,8 +13,11 @@
 //! - [`usecases`]: one per trigger (create, schedule wake-up, close,
 //!   release/settle, payments, refunds, reconcile, queries), generic over
 //!   the ports.
-//! - [`aws`]: DynamoDB, Scheduler and SQS adapters, and the SigV4 signer of
-//!   the HTTP calls made without an SDK client.
+//! - [`aws`]: DynamoDB, Scheduler and SQS adapters (the sandbox channel
+//!   among them), and the SigV4 signer of the HTTP calls made without an
+//!   SDK client.
+//! - [`stripe`]: the Stripe channel (PaymentIntents) and its webhook events;
+//!   [`channels`]: the channels a deployment has, chosen per attempt.
 //! - [`http`] and [`error`]: the single mapping from errors to HTTP.
 //! - [`handlers`]: decode a Lambda trigger, call one use case, encode. For
 //!   HTTP, `handlers::requests` parses a request into the use case's typed
@@ -22,6 +25,7 @@
 //!   never see a body nor build JSON (`tests/tests/layering.rs`).
 
 pub mod aws;
+pub mod channels;
 pub mod domain;
 pub mod error;
 pub mod faults;
@@ -31,6 +35,7 @@ pub mod metrics;
 pub mod ports;
 pub mod signature;
 pub mod store;
+pub mod stripe;
 pub mod usecases;
 
 /// Structured JSON logs, level from `RUST_LOG` (default `info`): one

@@ -100,6 +100,11 @@ pub const CHANNEL_QUERY: Metric = Metric { name: "ChannelQuery", unit: Unit::Cou
 // ---- payments
 pub const PAYMENT_MISMATCH: Metric = count_metric("PaymentMismatch");
 pub const WEBHOOK_BAD_SIGNATURE: Metric = count_metric("WebhookBadSignature");
+/// A signed provider event acknowledged without acting on it: a type we do
+/// not handle, a payment or refund we never opened, an intent that is not
+/// the attempt's. Reconciliation finds the money side of the last two.
+pub const WEBHOOK_EVENT_IGNORED: Metric =
+    Metric { name: "WebhookEventIgnored", unit: Unit::Count, dimensions: &["Reason"] };
 /// A success on an order already final: refunded, never revived (§11.1).
 pub const LATE_PAYMENT_REFUND: Metric = count_metric("LatePaymentRefund");
 
@@ -108,6 +113,8 @@ pub const REFUND_COMPLETED: Metric = count_metric("RefundCompleted");
 pub const REFUND_RETRY: Metric = count_metric("RefundRetry");
 pub const REFUND_GAVE_UP: Metric = count_metric("RefundGaveUp");
 pub const REFUND_DUPLICATE_DELIVERY: Metric = count_metric("RefundDuplicateDelivery");
+/// A refund the channel accepted and has not finished (followed up later).
+pub const REFUND_CHANNEL_PENDING: Metric = count_metric("RefundChannelPending");
 
 // ---- release and settle (§11.1: release failures and the oldest pending one)
 pub const RESERVATIONS_RELEASED: Metric = count_metric("ReservationsReleased");
@@ -184,11 +191,13 @@ const NAMED: &[&Metric] = &[
     &CHANNEL_QUERY,
     &PAYMENT_MISMATCH,
     &WEBHOOK_BAD_SIGNATURE,
+    &WEBHOOK_EVENT_IGNORED,
     &LATE_PAYMENT_REFUND,
     &REFUND_COMPLETED,
     &REFUND_RETRY,
     &REFUND_GAVE_UP,
     &REFUND_DUPLICATE_DELIVERY,
+    &REFUND_CHANNEL_PENDING,
     &RESERVATIONS_RELEASED,
     &RELEASE_REFUSED,
     &EFFECT_FAILED,

@@ -4,6 +4,7 @@
 
 use crate::domain::events::IntegrationEvent;
 use crate::domain::*;
+use crate::store::PaymentAttempt;
 use async_trait::async_trait;
 use std::time::Duration;
 
@@ -121,27 +122,51 @@ pub enum RefundResult {
     Refunded {
         channel_refund_id: String,
     },
+    /// The channel accepted the refund and has not finished it (Stripe's
+    /// `pending` or `requires_action`): asked again later, never assumed.
+    Pending {
+        channel_refund_id: String,
+    },
     /// The channel refused or failed; retry later.
     Failed(String),
 }
 
-/// A payment provider. The sandbox channel implements it; a real provider's
-/// client plugs into the same trait.
+/// What opening a payment at the channel hands back for the buyer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenedPayment {
+    /// The channel's own id of the payment, when it has one of its own
+    /// (recorded on the attempt: later queries, closes and refunds use it).
+    pub channel_ref: Option<String>,
+    /// What the buyer's client confirms the payment with (Stripe's
+    /// PaymentIntent `client_secret`). Never logged, never stored by us.
+    pub client_secret: Option<String>,
+}
+
+/// A payment provider. The sandbox and Stripe implement it.
 #[async_trait]
 pub trait PaymentChannel: Send + Sync {
-    /// Starts the payment at the provider (the buyer then pays there).
-    async fn open(&self, attempt: &PaymentAttempt, merchant_id: &str) -> Result<(), Unavailable>;
+    /// The channel names (`"sandbox"`, `"stripe"`) a payment request may
+    /// name on this deployment.
+    fn names(&self) -> Vec<&'static str> {
+        vec!["sandbox"]
+    }
+    /// Starts the payment at the provider (the buyer then pays there), or,
+    /// for an attempt opened before (its `channel_ref` is set), hands back
+    /// the same payment again. Idempotent on the attempt's `payment_id`.
+    async fn open(&self, attempt: &PaymentAttempt, merchant_id: &str) -> Result<OpenedPayment, Unavailable>;
     /// `Err` means the channel could not be asked (timeout, network): the
     /// caller must treat the payment as unknown, never as unpaid.
-    async fn query(&self, payment_id: &PaymentId) -> Result<ChannelPayment, Unavailable>;
-    /// Closes a payment that is still processing, so that it can no longer
-    /// be paid; answers with the payment's final state (`Succeeded` if it
-    /// was paid before the close reached the channel).
-    async fn cancel(&self, payment_id: &PaymentId) -> Result<ChannelPayment, Unavailable>;
+    /// `Pending` is a payment that is open (payable, or processing).
+    async fn query(&self, attempt: &PaymentAttempt) -> Result<ChannelPayment, Unavailable>;
+    /// Closes a payment that is still open, so that it can no longer be
+    /// paid; answers with the payment's state after the close (`Succeeded`
+    /// if it was paid before the close reached the channel, `Pending` if
+    /// it is processing and the channel cannot close it).
+    async fn cancel(&self, attempt: &PaymentAttempt) -> Result<ChannelPayment, Unavailable>;
     /// Refunds are idempotent on `idempotency_key` at the channel.
     async fn refund(
         &self,
-        payment_id: &PaymentId,
+        attempt: &PaymentAttempt,
         amount: i64,
         idempotency_key: &str,
     ) -> Result<RefundResult, Unavailable>;
@@ -198,10 +223,21 @@ pub struct StatementLine {
     pub refunded_amount: i64,
 }
 
-/// The channel's side of reconciliation: every payment it knows.
+/// The channel's side of reconciliation, as read for one run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Statement {
+    /// The earliest creation time the statement covers; `None` when it is
+    /// the channel's whole ledger. Payments created before it are not in
+    /// the statement, so the channel checks skip orders that have one.
+    pub since: Option<Timestamp>,
+    pub lines: Vec<StatementLine>,
+}
+
+/// The channel's side of reconciliation.
 #[async_trait]
 pub trait ChannelStatement: Send + Sync {
-    async fn statement(&self) -> Result<Vec<StatementLine>, Unavailable>;
+    /// The payments and refunds the channel has, as of `now`.
+    async fn statement(&self, now: Timestamp) -> Result<Statement, Unavailable>;
 }
 
 /// What the refund worker does with a delivery beyond the refund itself:

@@ -1,7 +1,10 @@
-//! Webhook signatures: `X-Signature: t=<unix seconds>,v1=<hex>` where the
-//! hex is HMAC-SHA256(secret, "<t>.<raw body>"). The timestamp is inside
+//! Webhook signatures: `t=<unix seconds>,v1=<hex>` where the hex is
+//! HMAC-SHA256(secret, "<t>.<raw body>") — the sandbox's `X-Signature` and
+//! Stripe's `Stripe-Signature` are the same scheme. The timestamp is inside
 //! the signed text, so a captured notification cannot be replayed later
-//! than the tolerance; the comparison is constant-time.
+//! than the tolerance; the comparison is constant-time. Several `v1` values
+//! (the sender signing with an old and a new secret) and several secrets
+//! on our side ([`verify_any`]: both while one is rotated) are accepted.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -10,9 +13,9 @@ pub const TOLERANCE_SECONDS: i64 = 300;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SignatureError {
-    #[error("the X-Signature header is missing")]
+    #[error("the signature header is missing")]
     Missing,
-    #[error("the X-Signature header is malformed; expected t=<unix seconds>,v1=<hex>")]
+    #[error("the signature header is malformed; expected t=<unix seconds>,v1=<hex>")]
     Malformed,
     #[error("the signature timestamp is outside the 5-minute tolerance")]
     Stale,
@@ -60,6 +63,21 @@ pub fn verify(secret: &[u8], header: Option<&str>, body: &[u8], now: i64) -> Res
     }
 }
 
+/// Verifies against each of `secrets` (an old and a new one while a secret
+/// is rotated): valid if any one matches. With no secret nothing verifies.
+pub fn verify_any(secrets: &[Vec<u8>], header: Option<&str>, body: &[u8], now: i64) -> Result<(), SignatureError> {
+    let mut last = SignatureError::Mismatch;
+    for secret in secrets {
+        match verify(secret, header, body, now) {
+            Ok(()) => return Ok(()),
+            // Missing, malformed or stale fails the same way for every secret.
+            Err(e @ (SignatureError::Missing | SignatureError::Malformed | SignatureError::Stale)) => return Err(e),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,5 +95,21 @@ mod tests {
         assert_eq!(verify(b"k", Some("t=1000"), b"{}", 1000), Err(SignatureError::Malformed));
         let extreme = format!("t={},v1=00", i64::MIN);
         assert_eq!(verify(b"k", Some(&extreme), b"{}", 1000), Err(SignatureError::Stale));
+    }
+
+    #[test]
+    fn any_of_two_secrets_verifies_during_a_rotation() {
+        let secrets = vec![b"old".to_vec(), b"new".to_vec()];
+        for secret in [&b"old"[..], b"new"] {
+            assert_eq!(verify_any(&secrets, Some(&sign(secret, 1000, b"x")), b"x", 1000), Ok(()));
+        }
+        let h = sign(b"other", 1000, b"x");
+        assert_eq!(verify_any(&secrets, Some(&h), b"x", 1000), Err(SignatureError::Mismatch));
+        assert_eq!(verify_any(&secrets, Some(&sign(b"new", 1, b"x")), b"x", 1000), Err(SignatureError::Stale));
+        assert_eq!(verify_any(&[], Some(&sign(b"new", 1000, b"x")), b"x", 1000), Err(SignatureError::Mismatch));
+        // A header with two v1 values (Stripe signing with two of its
+        // secrets) verifies when either is ours.
+        let both = format!("{},v1={}", sign(b"zzz", 1000, b"x"), sign(b"new", 1000, b"x").split("v1=").nth(1).unwrap());
+        assert_eq!(verify_any(&secrets, Some(&both), b"x", 1000), Ok(()));
     }
 }

@@ -274,6 +274,12 @@ pub trait PaymentStore: Send + Sync {
     /// The attempt and the id of its order.
     async fn attempt(&self, payment_id: &PaymentId) -> Result<Option<PaymentAttempt>, Unavailable>;
 
+    /// Records the channel's own id of an attempt (a PaymentIntent id),
+    /// conditional on the attempt being PROCESSING and having no other id:
+    /// an attempt concluded meanwhile (closed as never paid) is not handed
+    /// a payable id afterwards. The same id again is `Applied`.
+    async fn record_channel_ref(&self, attempt: &PaymentAttempt, channel_ref: &str) -> Result<Cas, Unavailable>;
+
     /// Records a trusted success. `order` is the state the caller decided
     /// on: when it is PENDING_PAYMENT or CLOSING the order goes to PAID in
     /// the same transaction; when it is final, a refund is created instead.

@@ -491,10 +491,11 @@ pub mod fakes {
     }
     #[async_trait]
     impl PaymentChannel for ScriptedChannel {
-        async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<(), Unavailable> {
-            Ok(())
+        async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<OpenedPayment, Unavailable> {
+            Ok(OpenedPayment::default())
         }
-        async fn query(&self, p: &PaymentId) -> Result<ChannelPayment, Unavailable> {
+        async fn query(&self, a: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
+            let p = &a.payment_id;
             match self.answers.lock().unwrap().get(p).cloned() {
                 Some(Some(a)) => Ok(a),
                 Some(None) => Err(Unavailable::new("scripted channel", "timeout")),
@@ -503,8 +504,9 @@ pub mod fakes {
         }
         /// Closing a payment still pending fails it; anything else answers
         /// as a query would.
-        async fn cancel(&self, p: &PaymentId) -> Result<ChannelPayment, Unavailable> {
-            match self.query(p).await? {
+        async fn cancel(&self, a: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
+            let p = &a.payment_id;
+            match self.query(a).await? {
                 ChannelPayment::Pending => {
                     self.answer(p, Some(ChannelPayment::Failed));
                     Ok(ChannelPayment::Failed)
@@ -512,7 +514,8 @@ pub mod fakes {
                 other => Ok(other),
             }
         }
-        async fn refund(&self, p: &PaymentId, _: i64, key: &str) -> Result<RefundResult, Unavailable> {
+        async fn refund(&self, a: &PaymentAttempt, _: i64, key: &str) -> Result<RefundResult, Unavailable> {
+            let p = &a.payment_id;
             self.refunds.lock().unwrap().push((p.clone(), key.to_owned()));
             Ok(RefundResult::Refunded { channel_refund_id: format!("r-{p}") })
         }
@@ -619,6 +622,7 @@ pub mod fixtures {
             currency: order.currency.clone(),
             status: PaymentStatus::Processing,
             channel_txn_id: None,
+            channel_ref: None,
             created_at: at,
             evidence: vec![],
         }

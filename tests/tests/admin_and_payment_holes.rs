@@ -56,15 +56,17 @@ impl Ledger {
 
 #[async_trait]
 impl PaymentChannel for Ledger {
-    async fn open(&self, a: &PaymentAttempt, _: &str) -> Result<(), Unavailable> {
+    async fn open(&self, a: &PaymentAttempt, _: &str) -> Result<OpenedPayment, Unavailable> {
         self.opened.lock().unwrap().push(a.payment_id.clone());
         self.state.lock().unwrap().entry(a.payment_id.clone()).or_insert(ChannelPayment::Pending);
-        Ok(())
+        Ok(OpenedPayment::default())
     }
-    async fn query(&self, p: &PaymentId) -> Result<ChannelPayment, Unavailable> {
+    async fn query(&self, a: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
+        let p = &a.payment_id;
         Ok(self.state.lock().unwrap().get(p).cloned().unwrap_or(ChannelPayment::NotFound))
     }
-    async fn cancel(&self, p: &PaymentId) -> Result<ChannelPayment, Unavailable> {
+    async fn cancel(&self, a: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
+        let p = &a.payment_id;
         self.cancelled.lock().unwrap().push(p.clone());
         let mut st = self.state.lock().unwrap();
         let entry = st.entry(p.clone()).or_insert(ChannelPayment::NotFound);
@@ -73,7 +75,8 @@ impl PaymentChannel for Ledger {
         }
         Ok(entry.clone())
     }
-    async fn refund(&self, p: &PaymentId, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
+    async fn refund(&self, a: &PaymentAttempt, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
+        let p = &a.payment_id;
         Ok(RefundResult::Refunded { channel_refund_id: format!("r-{p}") })
     }
 }
@@ -376,6 +379,7 @@ async fn a_payment_key_is_scoped_to_its_order_and_reused_with_another_body_is_re
         currency: o3.currency.clone(),
         status: PaymentStatus::Processing,
         channel_txn_id: None,
+        channel_ref: None,
         created_at: w.clock.now(),
         evidence: vec![],
     };

@@ -65,7 +65,8 @@ impl World {
 
     async fn report(&self, at: Timestamp, ledger: Option<&[StatementLine]>) -> Report {
         let snapshot = self.store.scan_snapshot().await.unwrap();
-        reconcile(&snapshot, ledger, &Bounds::default(), at)
+        let statement = ledger.map(|l| Statement { since: None, lines: l.to_vec() });
+        reconcile(&snapshot, statement.as_ref(), &Bounds::default(), at)
     }
 }
 

@@ -95,16 +95,16 @@ struct HeldChannel {
 }
 #[async_trait::async_trait]
 impl PaymentChannel for HeldChannel {
-    async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<(), Unavailable> {
-        Ok(())
+    async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<OpenedPayment, Unavailable> {
+        Ok(OpenedPayment::default())
     }
-    async fn query(&self, _: &PaymentId) -> Result<ChannelPayment, Unavailable> {
+    async fn query(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
         Ok(ChannelPayment::NotFound)
     }
-    async fn cancel(&self, _: &PaymentId) -> Result<ChannelPayment, Unavailable> {
+    async fn cancel(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
         Ok(ChannelPayment::NotFound)
     }
-    async fn refund(&self, _: &PaymentId, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
+    async fn refund(&self, _: &PaymentAttempt, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
         self.entered.open();
         self.before.arrive_and_wait(self.need).await;
         Ok(self.answer.clone())

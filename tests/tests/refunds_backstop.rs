@@ -74,16 +74,16 @@ async fn backstop_entry(store: &DynamoStore, refund: &Refund) -> Option<String> 
 struct DecliningChannel;
 #[async_trait::async_trait]
 impl PaymentChannel for DecliningChannel {
-    async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<(), Unavailable> {
-        Ok(())
+    async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<OpenedPayment, Unavailable> {
+        Ok(OpenedPayment::default())
     }
-    async fn query(&self, _: &PaymentId) -> Result<ChannelPayment, Unavailable> {
+    async fn query(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
         Ok(ChannelPayment::NotFound)
     }
-    async fn cancel(&self, _: &PaymentId) -> Result<ChannelPayment, Unavailable> {
+    async fn cancel(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
         Ok(ChannelPayment::NotFound)
     }
-    async fn refund(&self, _: &PaymentId, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
+    async fn refund(&self, _: &PaymentAttempt, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
         Ok(RefundResult::Failed("declined".into()))
     }
 }

@@ -241,16 +241,16 @@ async fn settling_a_paid_order_confirms_stock_uses_the_coupon_and_cancels_the_wa
 struct FailingRefunds;
 #[async_trait::async_trait]
 impl PaymentChannel for FailingRefunds {
-    async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<(), Unavailable> {
-        Ok(())
+    async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<OpenedPayment, Unavailable> {
+        Ok(OpenedPayment::default())
     }
-    async fn query(&self, _: &PaymentId) -> Result<ChannelPayment, Unavailable> {
+    async fn query(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
         Ok(ChannelPayment::NotFound)
     }
-    async fn cancel(&self, _: &PaymentId) -> Result<ChannelPayment, Unavailable> {
+    async fn cancel(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
         Ok(ChannelPayment::NotFound)
     }
-    async fn refund(&self, _: &PaymentId, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
+    async fn refund(&self, _: &PaymentAttempt, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
         Ok(RefundResult::Failed("declined".into()))
     }
 }
@@ -404,10 +404,11 @@ struct RacingChannel {
 
 #[async_trait::async_trait]
 impl PaymentChannel for RacingChannel {
-    async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<(), Unavailable> {
-        Ok(())
+    async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<OpenedPayment, Unavailable> {
+        Ok(OpenedPayment::default())
     }
-    async fn query(&self, p: &PaymentId) -> Result<ChannelPayment, Unavailable> {
+    async fn query(&self, a: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
+        let p = &a.payment_id;
         if *p == self.fast.payment_id {
             return Ok(ChannelPayment::Pending);
         }
@@ -425,10 +426,10 @@ impl PaymentChannel for RacingChannel {
             currency: "EUR".into(),
         })
     }
-    async fn cancel(&self, p: &PaymentId) -> Result<ChannelPayment, Unavailable> {
-        self.query(p).await
+    async fn cancel(&self, a: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
+        self.query(a).await
     }
-    async fn refund(&self, _: &PaymentId, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
+    async fn refund(&self, _: &PaymentAttempt, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
         unreachable!()
     }
 }

@@ -3,7 +3,8 @@ use aws_config::SdkConfig;
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use order_core::aws::queue::SqsCloseReminders;
-use order_core::aws::{dynamo::DynamoStore, env, sandbox::ConfiguredChannel, seconds_env};
+use order_core::aws::{dynamo::DynamoStore, env, seconds_env};
+use order_core::channels::ConfiguredChannel;
 use order_core::handlers::{batch::each_sqs_message, close::close_message};
 use order_core::ports::SystemClock;
 use order_core::usecases::close_order::{CloseOrder, DEFAULT_CLOSE_BUDGET};
@@ -12,7 +13,7 @@ pub async fn run(config: &SdkConfig) -> Result<(), Error> {
     let dynamo = aws_sdk_dynamodb::Client::new(config);
     let uc = CloseOrder {
         store: DynamoStore::from_env(dynamo.clone())?,
-        channel: ConfiguredChannel::from_env(dynamo),
+        channel: ConfiguredChannel::load(config, dynamo).await?,
         reminders: SqsCloseReminders::new(aws_sdk_sqs::Client::new(config), env("CLOSE_QUEUE_URL")?),
         clock: Box::new(SystemClock),
         lease: seconds_env("CLOSING_LEASE_SECONDS")?,

@@ -2,22 +2,24 @@
 use aws_config::SdkConfig;
 use lambda_http::{service_fn, Error};
 use order_core::aws::queue::SqsCloseReminders;
-use order_core::aws::{dynamo::DynamoStore, env, sandbox::ConfiguredChannel, seconds_env};
+use order_core::aws::{dynamo::DynamoStore, env, seconds_env};
+use order_core::channels::ConfiguredChannel;
 use order_core::handlers::http::{order_api, OrderApi};
 use order_core::ports::{RandomIds, SystemClock};
 use order_core::usecases::close_order::CloseOrder;
 
 pub async fn run(config: &SdkConfig) -> Result<(), Error> {
     let dynamo = aws_sdk_dynamodb::Client::new(config);
+    let channel = ConfiguredChannel::load(config, dynamo.clone()).await?;
     let app = OrderApi {
         store: DynamoStore::from_env(dynamo.clone())?,
-        channel: ConfiguredChannel::from_env(dynamo.clone()),
+        channel: channel.clone(),
         clock: Box::new(SystemClock),
         ids: Box::new(RandomIds),
         merchant_id: env("MERCHANT_ID")?,
         closer: CloseOrder {
             store: DynamoStore::from_env(dynamo.clone())?,
-            channel: ConfiguredChannel::from_env(dynamo.clone()),
+            channel,
             reminders: SqsCloseReminders::new(aws_sdk_sqs::Client::new(config), env("CLOSE_QUEUE_URL")?),
             clock: Box::new(SystemClock),
             lease: seconds_env("CLOSING_LEASE_SECONDS")?,

@@ -2,12 +2,16 @@
 use aws_config::SdkConfig;
 use lambda_http::{service_fn, Error};
 use order_core::aws::{dynamo::DynamoStore, env, webhook_secrets};
+use order_core::channels::ConfiguredChannel;
 use order_core::handlers::http::{payment_webhook, Webhook};
 use order_core::ports::SystemClock;
 
 pub async fn run(config: &SdkConfig) -> Result<(), Error> {
+    let dynamo = aws_sdk_dynamodb::Client::new(config);
     let app = Webhook {
-        store: DynamoStore::from_env(aws_sdk_dynamodb::Client::new(config))?,
+        store: DynamoStore::from_env(dynamo.clone())?,
+        // Stripe's events are decided from the intent as the API answers it.
+        channel: ConfiguredChannel::load(config, dynamo).await?,
         clock: Box::new(SystemClock),
         secrets: webhook_secrets(config).await?,
         merchant_id: env("MERCHANT_ID")?,

@@ -1,7 +1,8 @@
 //! Refund queue → each refund through the channel, with backoff.
 use aws_config::SdkConfig;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use order_core::aws::{dynamo::DynamoStore, env, queue::SqsRefundRetries, sandbox::ConfiguredChannel};
+use order_core::aws::{dynamo::DynamoStore, env, queue::SqsRefundRetries};
+use order_core::channels::ConfiguredChannel;
 use order_core::handlers::refunds::{handle, RefundWorker};
 use order_core::ports::SystemClock;
 use serde_json::Value;
@@ -10,7 +11,7 @@ pub async fn run(config: &SdkConfig) -> Result<(), Error> {
     let dynamo = aws_sdk_dynamodb::Client::new(config);
     let worker = RefundWorker {
         store: DynamoStore::from_env(dynamo.clone())?,
-        channel: ConfiguredChannel::from_env(dynamo),
+        channel: ConfiguredChannel::load(config, dynamo).await?,
         retries: SqsRefundRetries::new(
             aws_sdk_sqs::Client::new(config),
             env("REFUND_QUEUE_URL")?,

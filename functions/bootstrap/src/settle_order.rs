@@ -3,7 +3,8 @@
 use aws_config::SdkConfig;
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use order_core::aws::{dynamo::DynamoStore, env, sandbox::ConfiguredChannel, scheduler::EventBridgeWakeUps};
+use order_core::aws::{dynamo::DynamoStore, env, scheduler::EventBridgeWakeUps};
+use order_core::channels::ConfiguredChannel;
 use order_core::handlers::{batch::each_sqs_message, effects::settle_message};
 use order_core::ports::SystemClock;
 
@@ -16,7 +17,7 @@ pub async fn run(config: &SdkConfig) -> Result<(), Error> {
         String::new(),
         String::new(),
     );
-    let channel = ConfiguredChannel::from_env(aws_sdk_dynamodb::Client::new(config));
+    let channel = ConfiguredChannel::load(config, aws_sdk_dynamodb::Client::new(config)).await?;
     let (store, wakeups, channel) = (&store, &wakeups, &channel);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<_, Error>(

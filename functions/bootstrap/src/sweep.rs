@@ -4,7 +4,8 @@ use aws_config::SdkConfig;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use order_core::aws::queue::SqsCloseReminders;
 use order_core::aws::redrive::AwsRedrive;
-use order_core::aws::{dynamo::DynamoStore, env, sandbox::ConfiguredChannel, scheduler::EventBridgeWakeUps};
+use order_core::aws::{dynamo::DynamoStore, env, scheduler::EventBridgeWakeUps};
+use order_core::channels::ConfiguredChannel;
 use order_core::handlers::sweep::{config_from_env, run_sweep};
 use order_core::ports::SystemClock;
 
@@ -21,7 +22,7 @@ pub async fn run(config: &SdkConfig) -> Result<(), Error> {
             String::new(),
             String::new(),
         ),
-        channel: ConfiguredChannel::from_env(dynamo),
+        channel: ConfiguredChannel::load(config, dynamo).await?,
         reminders: SqsCloseReminders::new(sqs.clone(), env("CLOSE_QUEUE_URL")?),
         sqs,
         refund_queue_url: env("REFUND_QUEUE_URL")?,

@@ -96,6 +96,13 @@ fn parse_secret_parameters(spec: &str) -> Result<Vec<(String, String)>, lambda_r
     Ok(pairs)
 }
 
+/// A secret (a SecureString) read once at cold start from the SSM
+/// parameter `name`. The error names the parameter, never the value.
+pub async fn ssm_text(client: &aws_sdk_ssm::Client, name: &str) -> Result<String, lambda_runtime::Error> {
+    let bytes = ssm_secret(client, name).await?;
+    String::from_utf8(bytes).map_err(|_| format!("SSM parameter {name} is not UTF-8 text").into())
+}
+
 async fn ssm_secret(client: &aws_sdk_ssm::Client, name: &str) -> Result<Vec<u8>, lambda_runtime::Error> {
     let out = client
         .get_parameter()
@@ -103,7 +110,7 @@ async fn ssm_secret(client: &aws_sdk_ssm::Client, name: &str) -> Result<Vec<u8>,
         .with_decryption(true)
         .send()
         .await
-        .map_err(|e| format!("reading a webhook secret from SSM parameter {name}: {e}"))?;
+        .map_err(|e| format!("reading a secret from SSM parameter {name}: {}", crate::error::error_chain(&e)))?;
     out.parameter
         .and_then(|p| p.value)
         .filter(|v| !v.is_empty())

@@ -358,6 +358,28 @@ impl PaymentStore for DynamoStore {
         }
     }
 
+    async fn record_channel_ref(&self, attempt: &PaymentAttempt, channel_ref: &str) -> Result<Cas, Unavailable> {
+        let res = self
+            .client()
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(key(keys::order(&attempt.order_id), &keys::payment_sk(&attempt.payment_id))))
+            .update_expression("SET channel_ref = :r")
+            .condition_expression(
+                "attribute_exists(pk) AND #status = :processing AND (attribute_not_exists(channel_ref) OR channel_ref = :r)",
+            )
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":processing", s(PaymentStatus::Processing.as_str()))
+            .expression_attribute_values(":r", s(channel_ref))
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(Cas::Applied),
+            Err(e) if super::dynamo::is_condition_failure(&e) => Ok(Cas::Rejected),
+            Err(e) => Err(Unavailable::new("record channel ref", e)),
+        }
+    }
+
     async fn record_payment_fact(
         &self,
         payment: &PaymentAttempt,

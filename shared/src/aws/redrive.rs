@@ -3,8 +3,8 @@
 
 use super::dynamo::DynamoStore;
 use super::queue::{enqueue_refund, RefundMessage, SqsCloseReminders};
-use super::sandbox::ConfiguredChannel;
 use super::scheduler::EventBridgeWakeUps;
+use crate::channels::ConfiguredChannel;
 use crate::domain::{OrderId, PaymentId};
 use crate::ports::{Clock, Redrive, Unavailable};
 use crate::store::{Cas, PaymentStore};

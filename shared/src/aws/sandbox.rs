@@ -6,7 +6,10 @@
 
 use super::dynamo::{is_condition_failure, s};
 use crate::domain::*;
-use crate::ports::{ChannelPayment, ChannelStatement, PaymentChannel, RefundResult, StatementLine, Unavailable};
+use crate::ports::{
+    ChannelPayment, ChannelStatement, OpenedPayment, PaymentChannel, RefundResult, Statement, StatementLine,
+    Unavailable,
+};
 use crate::store::PaymentAttempt;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue as Av, ReturnValue};
@@ -172,8 +175,8 @@ impl From<LedgerEntry> for StatementLine {
 /// The sandbox's statement is its whole ledger.
 #[async_trait]
 impl ChannelStatement for SandboxChannel {
-    async fn statement(&self) -> Result<Vec<StatementLine>, Unavailable> {
-        Ok(self.entries().await?.into_iter().map(StatementLine::from).collect())
+    async fn statement(&self, _now: Timestamp) -> Result<Statement, Unavailable> {
+        Ok(Statement { since: None, lines: self.entries().await?.into_iter().map(StatementLine::from).collect() })
     }
 }
 
@@ -200,7 +203,7 @@ fn answer(entry: Option<LedgerEntry>, context: &'static str) -> Result<ChannelPa
 
 #[async_trait]
 impl PaymentChannel for SandboxChannel {
-    async fn open(&self, attempt: &PaymentAttempt, merchant_id: &str) -> Result<(), Unavailable> {
+    async fn open(&self, attempt: &PaymentAttempt, merchant_id: &str) -> Result<OpenedPayment, Unavailable> {
         let entry = LedgerEntry {
             payment_id: attempt.payment_id.clone(),
             order_id: attempt.order_id.clone(),
@@ -222,17 +225,20 @@ impl PaymentChannel for SandboxChannel {
             .send()
             .await;
         match res {
-            Ok(_) => Ok(()),
-            Err(e) if is_condition_failure(&e) => Ok(()),
+            // The sandbox keys payments by our payment_id: no id of its own,
+            // and the buyer pays through its settle route, not a secret.
+            Ok(_) => Ok(OpenedPayment::default()),
+            Err(e) if is_condition_failure(&e) => Ok(OpenedPayment::default()),
             Err(e) => Err(Unavailable::new("sandbox open payment", e)),
         }
     }
 
-    async fn query(&self, payment_id: &PaymentId) -> Result<ChannelPayment, Unavailable> {
-        answer(self.entry(payment_id).await?, "sandbox query")
+    async fn query(&self, attempt: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
+        answer(self.entry(&attempt.payment_id).await?, "sandbox query")
     }
 
-    async fn cancel(&self, payment_id: &PaymentId) -> Result<ChannelPayment, Unavailable> {
+    async fn cancel(&self, attempt: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
+        let payment_id = &attempt.payment_id;
         // The planted faults stand for an unreachable or lagging channel:
         // they apply to closing a payment as much as to asking about it.
         let Some(entry) = self.entry(payment_id).await? else {
@@ -264,10 +270,11 @@ impl PaymentChannel for SandboxChannel {
 
     async fn refund(
         &self,
-        payment_id: &PaymentId,
+        attempt: &PaymentAttempt,
         amount: i64,
         idempotency_key: &str,
     ) -> Result<RefundResult, Unavailable> {
+        let payment_id = &attempt.payment_id;
         // A planted failure is consumed one call at a time.
         let failing = self
             .client
@@ -320,51 +327,5 @@ impl PaymentChannel for SandboxChannel {
             }
             Err(e) => Err(Unavailable::new("sandbox refund", e)),
         }
-    }
-}
-
-/// The payment channel a deployment has, from its environment: the sandbox
-/// when `SANDBOX_LEDGER_TABLE` names its ledger, otherwise none. A real
-/// provider's client becomes another variant.
-#[derive(Clone)]
-pub enum ConfiguredChannel {
-    Sandbox(SandboxChannel),
-    None,
-}
-
-impl ConfiguredChannel {
-    pub fn from_env(client: Client) -> Self {
-        match std::env::var("SANDBOX_LEDGER_TABLE") {
-            Ok(t) if !t.is_empty() => Self::Sandbox(SandboxChannel::new(client, t)),
-            _ => Self::None,
-        }
-    }
-    pub fn sandbox(&self) -> Option<&SandboxChannel> {
-        match self {
-            Self::Sandbox(s) => Some(s),
-            Self::None => None,
-        }
-    }
-    fn get(&self, op: &'static str) -> Result<&SandboxChannel, Unavailable> {
-        // Without a channel no attempt can exist (payment entry refuses), so
-        // this is reached only by a misconfigured deployment: an unknown
-        // answer, which holds the order and releases nothing.
-        self.sandbox().ok_or_else(|| Unavailable::new(op, "no payment channel is configured on this deployment"))
-    }
-}
-
-#[async_trait]
-impl PaymentChannel for ConfiguredChannel {
-    async fn open(&self, attempt: &PaymentAttempt, merchant_id: &str) -> Result<(), Unavailable> {
-        self.get("open payment")?.open(attempt, merchant_id).await
-    }
-    async fn query(&self, payment_id: &PaymentId) -> Result<ChannelPayment, Unavailable> {
-        self.get("query payment")?.query(payment_id).await
-    }
-    async fn cancel(&self, payment_id: &PaymentId) -> Result<ChannelPayment, Unavailable> {
-        self.get("close payment")?.cancel(payment_id).await
-    }
-    async fn refund(&self, payment_id: &PaymentId, amount: i64, key: &str) -> Result<RefundResult, Unavailable> {
-        self.get("refund")?.refund(payment_id, amount, key).await
     }
 }

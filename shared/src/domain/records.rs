@@ -42,6 +42,12 @@ pub struct PaymentAttempt {
     pub status: PaymentStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channel_txn_id: Option<String>,
+    /// The channel's own id of this payment (a Stripe PaymentIntent's
+    /// `pi_…`), recorded once the channel opened it; `None` for channels
+    /// that key payments by our `payment_id` (the sandbox), and for an
+    /// attempt whose opening never got an answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_ref: Option<String>,
     pub created_at: Timestamp,
     #[serde(default)]
     pub evidence: Vec<Evidence>,

@@ -7,7 +7,7 @@ use super::requests;
 use super::views;
 use crate::aws::dynamo::DynamoStore;
 use crate::aws::queue::SqsCloseReminders;
-use crate::aws::sandbox::ConfiguredChannel;
+use crate::channels::ConfiguredChannel;
 use crate::error::ApiError;
 use crate::http::{error_response, json_response, respond};
 use crate::metrics;
@@ -56,7 +56,7 @@ pub struct OrderApi {
 async fn start_payment(app: &OrderApi, req: &Request) -> Response<Body> {
     let uc = payments::StartPayment {
         store: &app.store,
-        channel: app.channel.sandbox(),
+        channel: app.channel.any(),
         clock: app.clock.as_ref(),
         ids: app.ids.as_ref(),
         merchant_id: &app.merchant_id,
@@ -70,7 +70,9 @@ async fn start_payment(app: &OrderApi, req: &Request) -> Response<Body> {
     };
     match started {
         Ok(s) => {
-            let mut resp = json_response(201, &views::payment_attempt(&s.attempt));
+            let publishable_key = app.channel.stripe().and_then(|c| c.publishable_key());
+            let checkout = views::checkout(&s, publishable_key);
+            let mut resp = json_response(201, &checkout);
             if s.replayed {
                 resp.headers_mut().insert("idempotent-replayed", "true".parse().expect("valid header"));
             }
@@ -127,6 +129,8 @@ pub async fn order_api(app: &OrderApi, req: Request) -> Response<Body> {
 /// The webhook's configuration, read once at cold start.
 pub struct Webhook {
     pub store: DynamoStore,
+    /// Asked what a payment is when a provider only says that it changed.
+    pub channel: ConfiguredChannel,
     pub clock: Box<dyn Clock>,
     /// Each channel's own signing secret.
     pub secrets: std::collections::HashMap<String, Vec<u8>>,
@@ -144,6 +148,9 @@ pub async fn payment_webhook(app: &Webhook, req: Request) -> Response<Body> {
     let Some(secret) = app.secrets.get(&channel) else {
         return error_response(&ApiError::not_found(format!("payment channel {channel:?}")));
     };
+    if channel == crate::stripe::CHANNEL_NAME {
+        return stripe_webhook(app, &req, secret, body, now).await;
+    }
     if let Err(e) = signature::verify(secret, header(&req, "x-signature"), body, now) {
         warn!(reason = %e, channel, "webhook signature rejected");
         metrics::WEBHOOK_BAD_SIGNATURE.count(1);
@@ -153,5 +160,27 @@ pub async fn payment_webhook(app: &Webhook, req: Request) -> Response<Body> {
         requests::payment_notification(&app.store, app.clock.as_ref(), &app.merchant_id, &channel, body)
             .await
             .map(|v| (200, v)),
+    )
+}
+
+/// POST /payments/stripe/notify: `Stripe-Signature` checked against every
+/// configured signing secret (comma-separated in the parameter, so a secret
+/// is rotated by adding the new one, then removing the old), then the event
+/// decided from the API's answer (`usecases::channel_events`).
+async fn stripe_webhook(app: &Webhook, req: &Request, secret: &[u8], body: &[u8], now: i64) -> Response<Body> {
+    let secrets = crate::stripe::events::signing_secrets(secret);
+    if let Err(e) = signature::verify_any(&secrets, header(req, "stripe-signature"), body, now) {
+        warn!(reason = %e, channel = "stripe", "webhook signature rejected");
+        metrics::WEBHOOK_BAD_SIGNATURE.count(1);
+        return error_response(&ApiError::unauthorized("bad_signature", format!("Stripe-Signature: {e}")));
+    }
+    let Some(stripe) = app.channel.stripe() else {
+        // Signed with our secret, but this deployment has no Stripe key:
+        // a 5xx, so Stripe sends it again once the stack is configured.
+        let cause = crate::ports::Unavailable::new("Stripe event", "STRIPE_SECRET_KEY_PARAMETER is not set");
+        return error_response(&ApiError::Internal(cause));
+    };
+    respond(
+        requests::stripe_event(&app.store, stripe, app.clock.as_ref(), &app.merchant_id, body).await.map(|v| (200, v)),
     )
 }

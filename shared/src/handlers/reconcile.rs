@@ -9,8 +9,9 @@ use lambda_runtime::Error;
 use serde_json::Value;
 use tracing::{info, warn};
 
-/// `ledger` is the channel's side; without one (no sandbox, and no real
-/// provider statement wired in yet) only the local cross-checks run. A row
+/// `ledger` is the channel's side (the sandbox's ledger, Stripe's intents
+/// and refunds of the statement window); without one only the local
+/// cross-checks run. A row
 /// that does not decode is reported, not fatal; only a store or ledger that
 /// cannot be read fails the run (and raises the function's error alarm).
 pub async fn run_reconcile(
@@ -20,11 +21,11 @@ pub async fn run_reconcile(
     clock: &dyn Clock,
 ) -> Result<Value, Error> {
     let snapshot = store.scan_snapshot().await?;
-    let entries = match ledger {
-        Some(l) => Some(l.statement().await?),
+    let statement = match ledger {
+        Some(l) => Some(l.statement(clock.now()).await?),
         None => None,
     };
-    let report = reconcile(&snapshot, entries.as_deref(), bounds, clock.now());
+    let report = reconcile(&snapshot, statement.as_ref(), bounds, clock.now());
     for (kind, count) in &report.counts {
         match metrics::discrepancy(kind) {
             Some(metric) => metric.count(*count as u64),

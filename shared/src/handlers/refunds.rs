@@ -4,7 +4,7 @@ use super::batch::each_sqs_message;
 use crate::aws::dynamo::DynamoStore;
 pub use crate::aws::queue::RefundMessage;
 use crate::aws::queue::SqsRefundRetries;
-use crate::aws::sandbox::ConfiguredChannel;
+use crate::channels::ConfiguredChannel;
 use crate::error::error_chain;
 use crate::ports::{Clock, RefundRetries};
 use crate::usecases::refunds::{process_refund, RefundOutcome};
@@ -53,7 +53,7 @@ async fn sqs(w: &RefundWorker, event: SqsEvent) -> SqsBatchResponse {
             | RefundOutcome::AlreadyDone
             | RefundOutcome::NotFound
             | RefundOutcome::Superseded => Ok(()),
-            RefundOutcome::RetryAfter(after) => {
+            RefundOutcome::RetryAfter(after) | RefundOutcome::ChannelPending(after) => {
                 // Failing the message with a longer visibility is the
                 // backoff: SQS redelivers it after `after`.
                 if let Some(receipt) = &message.receipt_handle {

@@ -16,7 +16,7 @@ use crate::usecases::create_order::{CreateOrder, CreateOrderRequest, Created, Re
 use crate::usecases::order_reads::Reader;
 use crate::usecases::payments::{PaymentNotice, PaymentStarted, StartPayment};
 use crate::usecases::queries::{NewCoupon, StockChange, MAX_STOCK};
-use crate::usecases::{force_check as check, order_reads, payments, queries};
+use crate::usecases::{channel_events, force_check as check, order_reads, payments, queries};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -191,6 +191,25 @@ pub async fn payment_notification<S: OrderStore + PaymentStore>(
     let notice = payment_notice(channel, body)?;
     let result = payments::handle_notification(store, clock, merchant_id, &notice).await?;
     Ok(json!({"result": result.as_str()}))
+}
+
+/// POST /payments/stripe/notify, after the signature was verified.
+pub async fn stripe_event<S, C>(
+    store: &S,
+    channel: &C,
+    clock: &dyn Clock,
+    merchant_id: &str,
+    body: &[u8],
+) -> Result<Value, ApiError>
+where
+    S: OrderStore + PaymentStore,
+    C: PaymentChannel,
+{
+    let event = crate::stripe::events::parse_event(body).map_err(ApiError::invalid)?;
+    let channel_name = ChannelName::parse(crate::stripe::CHANNEL_NAME).expect("a valid channel name");
+    let outcome =
+        channel_events::handle_channel_event(store, channel, clock, merchant_id, &channel_name, &event).await?;
+    Ok(json!({"result": outcome.as_str()}))
 }
 
 /// GET /orders/{order_id} and GET /admin/orders/{order_id}.

@@ -6,6 +6,7 @@ use crate::domain::*;
 use crate::usecases::close_order::CloseOutcome;
 use crate::usecases::force_check::ForceCheck;
 use crate::usecases::order_reads::{Held, OrderRead};
+use crate::usecases::payments::PaymentStarted;
 use serde_json::{json, Value};
 
 /// The buyer's view of an order.
@@ -126,6 +127,20 @@ pub fn payment_attempt(a: &PaymentAttempt) -> Value {
         "payment_id": a.payment_id, "order_id": a.order_id, "channel": a.channel,
         "amount": a.amount, "currency": a.currency, "status": a.status,
     })
+}
+
+/// What payment entry answers: the attempt, and for a channel the buyer
+/// confirms with its own libraries (Stripe.js, the mobile SDKs), the
+/// intent's `client_secret` with the stack's publishable key.
+pub fn checkout(s: &PaymentStarted, publishable_key: Option<&str>) -> Value {
+    let mut v = payment_attempt(&s.attempt);
+    if let Some(secret) = &s.client_secret {
+        v["client_secret"] = json!(secret);
+        if let Some(pk) = publishable_key {
+            v["publishable_key"] = json!(pk);
+        }
+    }
+    v
 }
 
 /// What an operator's check found and did.

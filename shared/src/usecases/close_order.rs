@@ -394,9 +394,9 @@ pub(crate) async fn channel_verdict<C: PaymentChannel>(
     now: Timestamp,
     not_found_grace: Duration,
 ) -> Verdict {
-    let mut answer = channel.query(&p.payment_id).await;
+    let mut answer = channel.query(p).await;
     if matches!(answer, Ok(ChannelPayment::Pending)) {
-        answer = channel.cancel(&p.payment_id).await;
+        answer = channel.cancel(p).await;
     }
     let outcome = match &answer {
         Ok(ChannelPayment::Succeeded { .. }) => "succeeded",

@@ -46,6 +46,10 @@ pub struct PaymentStarted {
     pub attempt: PaymentAttempt,
     /// True when the idempotency key was seen before with the same body.
     pub replayed: bool,
+    /// What the buyer's client confirms the payment with at the channel
+    /// (Stripe's `client_secret`); `None` for the sandbox, and for a
+    /// replayed attempt that can no longer be paid.
+    pub client_secret: Option<String>,
 }
 
 fn order_busy(why: impl std::fmt::Display) -> UseCaseError {
@@ -81,10 +85,13 @@ where
     /// The channel a payment request names, if this deployment has it.
     /// Checked before anything else about the order is read.
     pub fn channel(&self, name: &str) -> Result<&'a C, UseCaseError> {
-        match (name, self.channel) {
-            ("sandbox", Some(c)) => Ok(c),
-            (_, Some(_)) => Err(UseCaseError::invalid(format!("channel {name:?} is not enabled; use \"sandbox\""))),
-            (_, None) => Err(UseCaseError::invalid(format!(
+        match self.channel {
+            Some(c) if c.names().contains(&name) => Ok(c),
+            Some(c) if !c.names().is_empty() => {
+                let names: Vec<String> = c.names().iter().map(|n| format!("{n:?}")).collect();
+                Err(UseCaseError::invalid(format!("channel {name:?} is not enabled; use {}", names.join(" or "))))
+            }
+            _ => Err(UseCaseError::invalid(format!(
                 "channel {name:?} is not enabled; this deployment has no payment channel"
             ))),
         }
@@ -148,11 +155,12 @@ where
             let attempt = PaymentAttempt {
                 payment_id: PaymentId::parse(self.ids.new_id("pay", now)).expect("generated ids are valid"),
                 order_id: order_id.clone(),
-                channel: ChannelName::parse("sandbox").expect("valid"),
+                channel: ChannelName::parse(channel_name).map_err(|e| UseCaseError::invalid(e.to_string()))?,
                 amount: order.amount_total,
                 currency: order.currency.clone(),
                 status: PaymentStatus::Processing,
                 channel_txn_id: None,
+                channel_ref: None,
                 created_at: now,
                 evidence: vec![],
             };
@@ -162,9 +170,9 @@ where
                     // channel has never seen the payment, which the close path
                     // reads as "nothing charged" once the not-found grace has
                     // passed (a payment being opened right now is unknown).
-                    channel.open(&attempt, self.merchant_id).await?;
+                    let (attempt, client_secret) = self.open(channel, attempt).await?;
                     info!(payment_id = %attempt.payment_id, "payment attempt recorded");
-                    return Ok(PaymentStarted { attempt, replayed: false });
+                    return Ok(PaymentStarted { attempt, replayed: false, client_secret });
                 }
                 AttemptResult::Replay(claimed) => return self.replay(channel, order, &claim, claimed).await,
                 AttemptResult::NotFound => return Err(not_found()),
@@ -202,14 +210,41 @@ where
         // opening it at the channel (it answered 500, and the client retries
         // as told). Opening is idempotent at the channel; only an attempt
         // that can still be paid is opened.
-        if attempt.status == PaymentStatus::Processing
+        let (attempt, client_secret) = if attempt.status == PaymentStatus::Processing
             && order.status == OrderStatus::PendingPayment
             && self.clock.now() < order.expire_at
         {
-            channel.open(&attempt, self.merchant_id).await?;
-        }
+            self.open(channel, attempt).await?
+        } else {
+            (attempt, None)
+        };
         info!(payment_id = %attempt.payment_id, "idempotent payment replay");
-        Ok(PaymentStarted { attempt, replayed: true })
+        Ok(PaymentStarted { attempt, replayed: true, client_secret })
+    }
+
+    /// Opens a recorded attempt at the channel (or finds it opened) and
+    /// records the channel's id of it before anything is handed to the
+    /// buyer: a payment the close path cannot find is one nobody can pay.
+    async fn open(
+        &self,
+        channel: &C,
+        mut attempt: PaymentAttempt,
+    ) -> Result<(PaymentAttempt, Option<String>), UseCaseError> {
+        let opened = channel.open(&attempt, self.merchant_id).await?;
+        if let Some(r) = opened.channel_ref {
+            if attempt.channel_ref.as_deref() != Some(r.as_str()) {
+                if self.store.record_channel_ref(&attempt, &r).await? == Cas::Rejected {
+                    // Concluded meanwhile (closed as never paid, superseded):
+                    // its payment must not be handed out any more.
+                    return Err(UseCaseError::conflict(
+                        "order_not_payable",
+                        format!("payment {} was closed before it could be handed out", attempt.payment_id),
+                    ));
+                }
+                attempt.channel_ref = Some(r);
+            }
+        }
+        Ok((attempt, opened.client_secret))
     }
 
     /// Closes, at the channel, every earlier attempt not yet settled, so an

@@ -4,7 +4,7 @@
 //! kind. It only reads.
 
 use crate::domain::*;
-use crate::ports::StatementLine;
+use crate::ports::{Statement, StatementLine};
 use crate::store::{OrderRecord, TableSnapshot};
 use crate::usecases::refunds::REFUND_REDRIVE_AFTER;
 use serde::Serialize;
@@ -107,6 +107,9 @@ pub struct Report {
     /// drain. An older pending refund is stale: reported, and no longer a
     /// reason to defer the identity.
     pub refunds_pending: usize,
+    /// Orders with a payment attempt older than the channel statement's
+    /// window: their local checks ran, the channel comparison did not.
+    pub orders_outside_statement: usize,
     pub stocks_checked: usize,
     pub counts: BTreeMap<&'static str, usize>,
     pub discrepancies: Vec<Discrepancy>,
@@ -199,17 +202,16 @@ fn stock_checks(snapshot: &TableSnapshot, out: &mut Vec<Discrepancy>) {
 }
 
 /// Compares the local records with each other and with the channel's
-/// ledger, as of `now`. Without a ledger (no channel configured) only the
-/// checks that need no channel data run.
-pub fn reconcile(
-    snapshot: &TableSnapshot,
-    ledger: Option<&[StatementLine]>,
-    bounds: &Bounds,
-    now: Timestamp,
-) -> Report {
+/// statement, as of `now`. Without one (no channel configured) only the
+/// checks that need no channel data run. A statement that covers a window
+/// (Stripe's: intents created since `since`) is compared only with the
+/// orders whose every payment attempt was made inside it; the others are
+/// counted as `orders_outside_statement`.
+pub fn reconcile(snapshot: &TableSnapshot, statement: Option<&Statement>, bounds: &Bounds, now: Timestamp) -> Report {
     let records = &snapshot.orders;
-    let channel_checked = ledger.is_some();
-    let ledger = ledger.unwrap_or_default();
+    let channel_checked = statement.is_some();
+    let since = statement.and_then(|s| s.since);
+    let ledger: &[StatementLine] = statement.map(|s| s.lines.as_slice()).unwrap_or_default();
     let by_payment: HashMap<&str, &StatementLine> = ledger.iter().map(|e| (e.payment_id.as_str(), e)).collect();
     let mut out = Vec::new();
     for row in &snapshot.undecodable {
@@ -238,8 +240,23 @@ pub fn reconcile(
     let mut refunds_pending = 0;
     let known_orders: HashMap<&str, &OrderRecord> = records.iter().map(|r| (r.order.order_id.as_str(), r)).collect();
 
+    let mut outside_statement = 0;
     for r in records {
         let o = &r.order;
+        if o.status == OrderStatus::Paid {
+            for res in r.reservations.iter().filter(|x| x.status == ReservationStatus::Released) {
+                push(
+                    "reservation_released_on_paid_order",
+                    &o.order_id,
+                    None,
+                    format!("reservation of {} RELEASED on a PAID order", res.sku),
+                );
+            }
+        }
+        if since.is_some_and(|s| r.payments.iter().any(|p| p.created_at < s)) {
+            outside_statement += 1;
+            continue;
+        }
         let (mut paid, mut refunded) = (0i64, 0i64);
         let mut pending_refund = false;
         for p in &r.payments {
@@ -320,14 +337,6 @@ pub fn reconcile(
                     "order PAID but the channel has no success for its payment".into(),
                 );
             }
-            for res in r.reservations.iter().filter(|x| x.status == ReservationStatus::Released) {
-                push(
-                    "reservation_released_on_paid_order",
-                    &o.order_id,
-                    None,
-                    format!("reservation of {} RELEASED on a PAID order", res.sku),
-                );
-            }
         }
         if pending_refund {
             refunds_pending += 1;
@@ -378,6 +387,7 @@ pub fn reconcile(
         payments_checked,
         refunds_pending,
         channel_checked,
+        orders_outside_statement: outside_statement,
         stocks_checked: snapshot.stocks.len(),
         counts,
         discrepancies: out,
@@ -445,6 +455,7 @@ mod tests {
             currency: Currency::parse("EUR").unwrap(),
             status,
             channel_txn_id: None,
+            channel_ref: None,
             created_at: Timestamp::from_unix_millis(0),
             evidence: vec![],
         }
@@ -510,9 +521,10 @@ mod tests {
 
     /// Reconciles at the epoch: every record is fresh, nothing is overdue.
     fn run(orders: Vec<OrderRecord>, ledger: Option<&[StatementLine]>) -> Report {
+        let statement = ledger.map(|l| Statement { since: None, lines: l.to_vec() });
         reconcile(
             &TableSnapshot { orders, ..Default::default() },
-            ledger,
+            statement.as_ref(),
             &Bounds::default(),
             Timestamp::from_unix_millis(0),
         )

@@ -41,6 +41,11 @@ pub enum RefundOutcome {
     NotFound,
     /// Failed this time; try again after the backoff.
     RetryAfter(Duration),
+    /// The channel accepted the refund and has not finished it: asked
+    /// again after this long, without counting a failed try. A refund that
+    /// stays pending stays REFUND_PENDING, which the backstop re-drives and
+    /// the pending-effects alarm reports.
+    ChannelPending(Duration),
     /// Another delivery of the same refund counted this try first (a
     /// duplicate stream record, queue message or re-drive). That delivery
     /// carries the refund on; this one stops without counting, retrying or
@@ -64,6 +69,9 @@ pub fn backoff(failed: u32) -> Duration {
     Duration::from_secs(10u64.saturating_mul(1 << failed.saturating_sub(1).min(10)).min(900))
 }
 
+/// How long after a refund the channel called pending it is asked again.
+pub const PENDING_FOLLOW_UP: Duration = Duration::from_secs(60);
+
 /// One try of one refund. A REFUND_FAILED refund that comes back (an
 /// operator redrove it from the dead-letter queue) gets one more try: the
 /// channel's idempotency key makes that safe even if an earlier try did
@@ -83,15 +91,54 @@ pub async fn process_refund<S: PaymentStore, C: PaymentChannel>(
     if refund.status == RefundStatus::Refunded {
         return Ok(RefundOutcome::AlreadyDone);
     }
-    let failure = match channel.refund(payment_id, refund.amount, &refund_key(payment_id)).await {
+    let Some(attempt) = store.attempt(payment_id).await? else {
+        return Err(Unavailable::new("refund", format!("the payment attempt {payment_id} of the refund is missing")));
+    };
+    let failure = match channel.refund(&attempt, refund.amount, &refund_key(payment_id)).await {
         Ok(RefundResult::Refunded { channel_refund_id }) => {
             return record_refunded(store, refund, &channel_refund_id, clock.now()).await;
+        }
+        Ok(RefundResult::Pending { channel_refund_id }) => {
+            info!(channel_refund_id, "refund pending at the channel; asking again later");
+            metrics::REFUND_CHANNEL_PENDING.count(1);
+            return Ok(RefundOutcome::ChannelPending(PENDING_FOLLOW_UP));
         }
         Ok(RefundResult::Failed(why)) => why,
         // The whole cause chain goes into `last_error`, not just the context.
         Err(e) => error_chain(&e),
     };
     count_failed_try(store, refund, failure, clock.now()).await
+}
+
+/// A channel's notice that a refund changed (Stripe's `refund.updated`):
+/// asks the channel (the same idempotent call finds the refund made under
+/// the key, and never makes a second one) and records REFUNDED if it is.
+/// Anything else is left to the refund worker's own tries, so a failure
+/// is counted, and handed to a person, in one place only.
+#[instrument(skip_all, fields(order_id = %order_id, payment_id = %payment_id))]
+pub async fn follow_up_refund<S: PaymentStore, C: PaymentChannel>(
+    store: &S,
+    channel: &C,
+    clock: &dyn Clock,
+    order_id: &OrderId,
+    payment_id: &PaymentId,
+) -> Result<RefundOutcome, Unavailable> {
+    let Some(refund) = store.refund(order_id, payment_id).await? else {
+        return Ok(RefundOutcome::NotFound);
+    };
+    if refund.status == RefundStatus::Refunded {
+        return Ok(RefundOutcome::AlreadyDone);
+    }
+    let Some(attempt) = store.attempt(payment_id).await? else {
+        return Ok(RefundOutcome::NotFound);
+    };
+    match channel.refund(&attempt, refund.amount, &refund_key(payment_id)).await? {
+        RefundResult::Refunded { channel_refund_id } => {
+            record_refunded(store, refund, &channel_refund_id, clock.now()).await
+        }
+        RefundResult::Pending { .. } => Ok(RefundOutcome::ChannelPending(PENDING_FOLLOW_UP)),
+        RefundResult::Failed(_) => Ok(RefundOutcome::Superseded),
+    }
 }
 
 /// The channel refunded: that is the truth, whatever this delivery read.

@@ -1,0 +1,338 @@
+//! The Stripe channel: one PaymentIntent per payment attempt (automatic
+//! capture), closed by cancelling the intent, refunded with `/v1/refunds`,
+//! and read back page by page for reconciliation.
+//!
+//! Every write to Stripe carries an `Idempotency-Key` derived from our own
+//! ids, so a retried call (ours, the SDK's, a redelivered message's) moves
+//! money at most once. A refund is also looked up by its key in our
+//! metadata before one is created: Stripe keeps idempotency keys for 24
+//! hours, and a refund retried after that must still find the first one.
+
+use super::client::{CallError, StripeClient};
+use super::objects::{self, intent_state, refund_state, List, PaymentIntent, Refund};
+use super::StripeSettings;
+use crate::domain::*;
+use crate::ports::{
+    ChannelPayment, ChannelStatement, OpenedPayment, PaymentChannel, RefundResult, Statement, StatementLine,
+    Unavailable,
+};
+use crate::store::PaymentAttempt;
+use async_trait::async_trait;
+use std::collections::HashMap;
+
+/// The channel name attempts and notifications carry.
+pub const CHANNEL_NAME: &str = "stripe";
+/// Page size of the statement's list calls (Stripe's maximum).
+const PAGE: usize = 100;
+
+#[derive(Clone, Debug)]
+pub struct StripeChannel {
+    client: StripeClient,
+    settings: StripeSettings,
+}
+
+fn unavailable(context: &'static str, e: CallError) -> Unavailable {
+    Unavailable::new(context, e)
+}
+
+impl StripeChannel {
+    pub fn new(client: StripeClient, settings: StripeSettings) -> Self {
+        Self { client, settings }
+    }
+
+    pub fn publishable_key(&self) -> Option<&str> {
+        self.settings.publishable_key.as_deref()
+    }
+
+    /// `GET /v1/payment_intents/{id}`; `None` when Stripe has no such intent.
+    pub async fn intent(&self, id: &str) -> Result<Option<PaymentIntent>, Unavailable> {
+        match self.client.get("retrieve PaymentIntent", &format!("/v1/payment_intents/{id}"), &[]).await {
+            Ok(pi) => Ok(Some(pi)),
+            Err(e) if e.status() == Some(404) => Ok(None),
+            Err(e) => Err(unavailable("Stripe retrieve PaymentIntent", e)),
+        }
+    }
+
+    /// The intent of `attempt`, checked to be ours: an intent whose
+    /// metadata names another payment is never read as this one's answer.
+    async fn attempt_intent(&self, attempt: &PaymentAttempt) -> Result<Option<PaymentIntent>, Unavailable> {
+        let Some(id) = attempt.channel_ref.as_deref() else { return Ok(None) };
+        let Some(pi) = self.intent(id).await? else { return Ok(None) };
+        if pi.meta(objects::META_PAYMENT_ID) != Some(attempt.payment_id.as_str()) {
+            return Err(Unavailable::new(
+                "Stripe PaymentIntent",
+                format!("{} does not carry metadata[payment_id]={}", pi.id, attempt.payment_id),
+            ));
+        }
+        Ok(Some(pi))
+    }
+
+    async fn create_intent(&self, attempt: &PaymentAttempt) -> Result<PaymentIntent, Unavailable> {
+        let form = [
+            ("amount", attempt.amount.to_string()),
+            ("currency", attempt.currency.as_str().to_ascii_lowercase()),
+            ("capture_method", "automatic".to_owned()),
+            ("metadata[order_id]", attempt.order_id.to_string()),
+            ("metadata[payment_id]", attempt.payment_id.to_string()),
+        ];
+        self.client
+            .post("create PaymentIntent", "/v1/payment_intents", &form, Some(attempt.payment_id.as_str()))
+            .await
+            .map_err(|e| unavailable("Stripe create PaymentIntent", e))
+    }
+
+    /// The charge a refund of `attempt` goes against.
+    async fn charge_of(&self, attempt: &PaymentAttempt) -> Result<Option<String>, Unavailable> {
+        if let Some(txn) = attempt.channel_txn_id.as_deref().filter(|t| t.starts_with("ch_") || t.starts_with("py_")) {
+            return Ok(Some(txn.to_owned()));
+        }
+        Ok(self.attempt_intent(attempt).await?.and_then(|pi| pi.charge_id().map(str::to_owned)))
+    }
+
+    /// The refund made under `key`, if one was (newest first at Stripe).
+    async fn refund_by_key(&self, charge: &str, key: &str) -> Result<Option<Refund>, Unavailable> {
+        let mut starting_after: Option<String> = None;
+        loop {
+            let mut q = vec![("charge", charge.to_owned()), ("limit", PAGE.to_string())];
+            if let Some(s) = starting_after.take() {
+                q.push(("starting_after", s));
+            }
+            let page: List<Refund> = self
+                .client
+                .get("list refunds", "/v1/refunds", &q)
+                .await
+                .map_err(|e| unavailable("Stripe list refunds", e))?;
+            if let Some(r) =
+                page.data.iter().find(|r| r.metadata.get(objects::META_REFUND_KEY).map(String::as_str) == Some(key))
+            {
+                return Ok(Some(r.clone()));
+            }
+            match page.data.last() {
+                Some(last) if page.has_more => starting_after = Some(last.id.clone()),
+                _ => return Ok(None),
+            }
+        }
+    }
+
+    /// Every object of a list endpoint created at or after `since` (unix
+    /// seconds), following `starting_after` cursors.
+    async fn list_since<T>(&self, what: &'static str, path: &str, since: i64) -> Result<Vec<T>, Unavailable>
+    where
+        T: serde::de::DeserializeOwned + Created,
+    {
+        let mut all = Vec::new();
+        let mut starting_after: Option<String> = None;
+        loop {
+            let mut q = vec![("limit", PAGE.to_string())];
+            if self.settings.list_filter_by_created {
+                q.push(("created[gte]", since.to_string()));
+            }
+            if let Some(s) = starting_after.take() {
+                q.push(("starting_after", s));
+            }
+            let page: List<T> = self.client.get(what, path, &q).await.map_err(|e| unavailable(what, e))?;
+            let next = page.data.last().map(|o| o.id().to_owned());
+            all.extend(page.data.into_iter().filter(|o| o.created() >= since));
+            match next {
+                Some(id) if page.has_more => starting_after = Some(id),
+                _ => return Ok(all),
+            }
+        }
+    }
+}
+
+/// What the statement's pagination needs of a listed object.
+trait Created {
+    fn id(&self) -> &str;
+    fn created(&self) -> i64;
+}
+impl Created for PaymentIntent {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn created(&self) -> i64 {
+        self.created
+    }
+}
+impl Created for Refund {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn created(&self) -> i64 {
+        self.created
+    }
+}
+
+fn answer(pi: Option<PaymentIntent>) -> Result<ChannelPayment, Unavailable> {
+    match pi {
+        None => Ok(ChannelPayment::NotFound),
+        Some(pi) => intent_state(&pi).map_err(|why| Unavailable::new("Stripe PaymentIntent", why)),
+    }
+}
+
+#[async_trait]
+impl PaymentChannel for StripeChannel {
+    fn names(&self) -> Vec<&'static str> {
+        vec![CHANNEL_NAME]
+    }
+
+    async fn open(&self, attempt: &PaymentAttempt, _merchant_id: &str) -> Result<OpenedPayment, Unavailable> {
+        // Opened before: the same intent again (its client_secret is only
+        // ever handed to the buyer whose attempt it is).
+        let pi = match self.attempt_intent(attempt).await? {
+            Some(pi) => pi,
+            None => self.create_intent(attempt).await?,
+        };
+        Ok(OpenedPayment { channel_ref: Some(pi.id), client_secret: pi.client_secret })
+    }
+
+    async fn query(&self, attempt: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
+        // Without a recorded intent id nobody was handed a client_secret:
+        // nothing can have been paid through it.
+        answer(self.attempt_intent(attempt).await?)
+    }
+
+    async fn cancel(&self, attempt: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
+        let Some(id) = attempt.channel_ref.as_deref() else { return Ok(ChannelPayment::NotFound) };
+        let form: Vec<(&str, String)> = if self.settings.send_cancellation_reason {
+            vec![("cancellation_reason", "abandoned".to_owned())]
+        } else {
+            vec![]
+        };
+        match self
+            .client
+            .post::<PaymentIntent>("cancel PaymentIntent", &format!("/v1/payment_intents/{id}/cancel"), &form, None)
+            .await
+        {
+            Ok(pi) if pi.meta(objects::META_PAYMENT_ID) == Some(attempt.payment_id.as_str()) => answer(Some(pi)),
+            Ok(pi) => {
+                Err(Unavailable::new("Stripe cancel", format!("{} is not payment {}", pi.id, attempt.payment_id)))
+            }
+            Err(e) if e.status() == Some(404) => Ok(ChannelPayment::NotFound),
+            // Stripe refuses to cancel an intent that succeeded or is
+            // processing (and one already cancelled): read what it is.
+            Err(e) if matches!(e.status(), Some(400 | 409)) => answer(self.attempt_intent(attempt).await?),
+            Err(e) => Err(unavailable("Stripe cancel PaymentIntent", e)),
+        }
+    }
+
+    async fn refund(&self, attempt: &PaymentAttempt, amount: i64, key: &str) -> Result<RefundResult, Unavailable> {
+        let Some(charge) = self.charge_of(attempt).await? else {
+            return Ok(RefundResult::Failed(format!("payment {} has no Stripe charge to refund", attempt.payment_id)));
+        };
+        if let Some(done) = self.refund_by_key(&charge, key).await? {
+            return Ok(refund_state(&done));
+        }
+        let form = [
+            ("charge", charge),
+            ("amount", amount.to_string()),
+            ("metadata[order_id]", attempt.order_id.to_string()),
+            ("metadata[payment_id]", attempt.payment_id.to_string()),
+            ("metadata[refund_key]", key.to_owned()),
+        ];
+        match self.client.post::<Refund>("create refund", "/v1/refunds", &form, Some(key)).await {
+            Ok(r) => Ok(refund_state(&r)),
+            // Refused (already refunded in full, a disputed charge…): a
+            // failed try, counted; a person sees it after the last one.
+            Err(CallError::Api { status, code, message, .. }) if (400..500).contains(&status) => {
+                Ok(RefundResult::Failed(format!(
+                    "Stripe refused the refund ({status}{}): {message}",
+                    code.map(|c| format!(", {c}")).unwrap_or_default()
+                )))
+            }
+            Err(e) => Err(unavailable("Stripe create refund", e)),
+        }
+    }
+}
+
+/// One line per intent of ours (metadata `payment_id` and `order_id`)
+/// created in the window, with the refunds of its charge.
+fn statement_lines(intents: Vec<PaymentIntent>, refunds: &[Refund]) -> Vec<StatementLine> {
+    let mut refunded: HashMap<&str, (i64, &str)> = HashMap::new();
+    for r in refunds.iter().filter(|r| r.status == "succeeded") {
+        for target in [r.charge.as_deref(), r.payment_intent.as_deref()].into_iter().flatten() {
+            let e = refunded.entry(target).or_insert((0, r.id.as_str()));
+            e.0 += r.amount;
+        }
+    }
+    intents
+        .into_iter()
+        .filter_map(|pi| {
+            let payment_id = PaymentId::parse(pi.meta(objects::META_PAYMENT_ID)?).ok()?;
+            let order_id = OrderId::parse(pi.meta(objects::META_ORDER_ID)?).ok()?;
+            let currency = Currency::parse(pi.currency.to_ascii_uppercase()).ok()?;
+            let status = match pi.status.as_str() {
+                "succeeded" => PaymentStatus::Succeeded,
+                "canceled" => PaymentStatus::Failed,
+                _ => PaymentStatus::Processing,
+            };
+            let refund = pi.charge_id().and_then(|c| refunded.get(c)).or_else(|| refunded.get(pi.id.as_str()));
+            Some(StatementLine {
+                payment_id,
+                order_id,
+                amount: pi.amount,
+                currency,
+                status,
+                refund_id: refund.map(|(_, id)| (*id).to_owned()),
+                refunded_amount: refund.map(|(a, _)| *a).unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
+#[async_trait]
+impl ChannelStatement for StripeChannel {
+    async fn statement(&self, now: Timestamp) -> Result<Statement, Unavailable> {
+        let since = now.minus(self.settings.statement_window);
+        let secs = since.unix_seconds();
+        let intents = self.list_since("Stripe list PaymentIntents", "/v1/payment_intents", secs).await?;
+        let refunds: Vec<Refund> = self.list_since("Stripe list refunds", "/v1/refunds", secs).await?;
+        // Stripe's `created` is whole seconds: the window starts at one.
+        let since = Timestamp::from_unix_millis(secs * 1000);
+        Ok(Statement { since: Some(since), lines: statement_lines(intents, &refunds) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pi(id: &str, status: &str, payment: &str, charge: Option<&str>) -> PaymentIntent {
+        serde_json::from_value(serde_json::json!({
+            "id": id, "status": status, "amount": 500, "currency": "eur", "latest_charge": charge,
+            "metadata": {"payment_id": payment, "order_id": "ord_1"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_statement_line_carries_the_intent_its_refunds_and_skips_foreign_intents() {
+        let foreign: PaymentIntent = serde_json::from_value(
+            serde_json::json!({"id": "pi_x", "status": "succeeded", "amount": 1, "currency": "eur", "metadata": {}}),
+        )
+        .unwrap();
+        let intents = vec![
+            pi("pi_1", "succeeded", "pay_1", Some("ch_1")),
+            pi("pi_2", "canceled", "pay_2", None),
+            pi("pi_3", "requires_payment_method", "pay_3", None),
+            foreign,
+        ];
+        let refunds: Vec<Refund> = serde_json::from_value(serde_json::json!([
+            {"id": "re_1", "amount": 500, "status": "succeeded", "charge": "ch_1"},
+            {"id": "re_2", "amount": 500, "status": "failed", "charge": "ch_1"}
+        ]))
+        .unwrap();
+        let lines = statement_lines(intents, &refunds);
+        assert_eq!(lines.len(), 3, "the intent without our metadata is not ours");
+        assert_eq!(lines[0].status, PaymentStatus::Succeeded);
+        assert_eq!(
+            (lines[0].refund_id.as_deref(), lines[0].refunded_amount),
+            (Some("re_1"), 500),
+            "a failed refund is not money back"
+        );
+        assert_eq!(lines[0].currency.as_str(), "EUR");
+        assert_eq!(lines[1].status, PaymentStatus::Failed);
+        assert_eq!(lines[2].status, PaymentStatus::Processing);
+        assert!(lines[1].refund_id.is_none() && lines[2].refunded_amount == 0);
+    }
+}
