@@ -21,6 +21,12 @@
 //! - `fault-relay-…`: the relay's first publish attempt of each event of
 //!   the order is reported as a failed entry (code `FaultInjection`)
 //!   without being sent; the retries then publish it.
+//! - `fault-close-sees-no-payment-…`: the close path's questions to the
+//!   channel about the order's payments are answered "no such payment" (a
+//!   provider that lost or has not yet indexed it: the sandbox's planted
+//!   `not_found`, for any channel). Past the not-found grace the close
+//!   concludes "never charged" while the payment is still open at the
+//!   channel, so a buyer can pay after the close: the late-success drill.
 
 use crate::domain::{Order, Timestamp};
 use std::sync::OnceLock;
@@ -35,6 +41,7 @@ pub const CRASH_CLOSER: &str = "fault-crash-closer-";
 pub const RELEASE_UNTIL: &str = "fault-release-until-";
 pub const NO_WAKEUP: &str = "fault-no-wakeup-";
 pub const RELAY_FIRST_PUBLISH: &str = "fault-relay-";
+pub const CLOSE_SEES_NO_PAYMENT: &str = "fault-close-sees-no-payment-";
 
 impl Faults {
     pub fn enabled() -> Self {
@@ -60,6 +67,12 @@ impl Faults {
     /// PENDING_PAYMENT, not a resume) must play dead.
     pub fn closer_dies_after_claim(&self, order: &Order) -> bool {
         self.enabled && order.closing.is_none() && order.user_id.as_str().starts_with(CRASH_CLOSER)
+    }
+
+    /// Whether the close path must hear "no such payment" from the channel
+    /// about the payments of an order of `user_id`.
+    pub fn close_sees_no_payment(&self, user_id: &str) -> bool {
+        self.enabled && user_id.starts_with(CLOSE_SEES_NO_PAYMENT)
     }
 
     /// Whether the wake-up of an order of `user_id` is lost at create.

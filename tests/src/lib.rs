@@ -388,6 +388,17 @@ impl Api {
         )
         .await
     }
+    /// Starts a payment through Stripe (the stack's provider channel).
+    pub async fn start_stripe_payment(&self, order_id: &str, key: &str) -> Reply {
+        self.send_as(
+            &self.owner(order_id),
+            "POST",
+            &format!("/orders/{order_id}/payments"),
+            &[("Idempotency-Key", key)],
+            Some(r#"{"channel":"stripe"}"#),
+        )
+        .await
+    }
     /// The sandbox's settle route (IAM-signed, as its callers must).
     pub async fn settle(&self, payment_id: &str, body: &Value) -> Reply {
         self.send("POST", &format!("/sandbox/payments/{payment_id}/settle"), &[], Some(&body.to_string()), true).await
@@ -577,6 +588,133 @@ pub async fn send_close_message(order_id: &str) {
 /// notifications are the sandbox channel's).
 pub fn webhook_secret() -> String {
     std::env::var("SANDBOX_WEBHOOK_SECRET").unwrap_or_else(|_| "local-sandbox-webhook-secret".into())
+}
+
+/// The Stripe side of the local stack (localstripe, a third party's
+/// stateful Stripe server): what a buyer's Stripe.js and an operator's
+/// dashboard would do, through Stripe's own API with the stack's test key.
+pub mod stripe {
+    use super::stack_env;
+    use serde_json::Value;
+
+    /// Cards of Stripe's test mode (localstripe knows the same numbers).
+    pub const CARD_OK: &str = "4242424242424242";
+    pub const CARD_DECLINED_ON_CHARGE: &str = "4000000000000341";
+
+    pub struct Stripe {
+        base: String,
+        key: String,
+        http: reqwest::Client,
+    }
+
+    impl Default for Stripe {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    /// The intent id a client_secret (`pi_…_secret_…`) belongs to.
+    pub fn intent_of(client_secret: &str) -> String {
+        client_secret.split("_secret_").next().unwrap_or_default().to_owned()
+    }
+
+    impl Stripe {
+        pub fn new() -> Self {
+            Self {
+                base: stack_env("STRIPE_API_BASE_URL").trim_end_matches('/').to_owned(),
+                key: stack_env("STRIPE_SECRET_KEY"),
+                http: reqwest::Client::new(),
+            }
+        }
+
+        /// `(status, body)` of a call; form parameters for a POST.
+        pub async fn call(&self, method: &str, path: &str, form: &[(&str, &str)]) -> (u16, Value) {
+            let url = format!("{}{path}", self.base);
+            let mut req = self.http.request(method.parse().unwrap(), &url).basic_auth(&self.key, Some(""));
+            if method == "POST" {
+                req = req.form(form);
+            } else {
+                req = req.query(form);
+            }
+            let resp = req.send().await.unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+            let status = resp.status().as_u16();
+            (status, resp.json().await.unwrap_or(Value::Null))
+        }
+
+        pub async fn intent(&self, id: &str) -> Value {
+            let (status, body) = self.call("GET", &format!("/v1/payment_intents/{id}"), &[]).await;
+            assert_eq!(status, 200, "retrieve {id}: {body}");
+            body
+        }
+
+        /// A card payment method set on the intent (what Stripe.js does
+        /// with the card the buyer typed), not yet confirmed.
+        pub async fn attach_card(&self, intent: &str, card: &str) {
+            let (status, pm) = self
+                .call(
+                    "POST",
+                    "/v1/payment_methods",
+                    &[
+                        ("type", "card"),
+                        ("card[number]", card),
+                        ("card[exp_month]", "12"),
+                        ("card[exp_year]", "2034"),
+                        ("card[cvc]", "123"),
+                    ],
+                )
+                .await;
+            assert_eq!(status, 200, "payment method: {pm}");
+            let pm_id = pm["id"].as_str().unwrap().to_owned();
+            let (status, body) = self.call("POST", &format!("/v1/payment_intents/{intent}"), &[("payment_method", &pm_id)]).await;
+            assert_eq!(status, 200, "set payment method on {intent}: {body}");
+        }
+
+        /// The buyer's confirmation: `(HTTP status, intent or error)`.
+        pub async fn confirm(&self, intent: &str) -> (u16, Value) {
+            self.call("POST", &format!("/v1/payment_intents/{intent}/confirm"), &[]).await
+        }
+
+        /// Card set and confirmed; the intent as confirmed.
+        pub async fn pay(&self, intent: &str, card: &str) -> Value {
+            self.attach_card(intent, card).await;
+            let (status, body) = self.confirm(intent).await;
+            assert_eq!(status, 200, "confirm {intent}: {body}");
+            body
+        }
+
+        /// The charge of a succeeded intent (an id at Stripe, the expanded
+        /// object at localstripe).
+        pub fn charge_of(intent: &Value) -> String {
+            let c = &intent["latest_charge"];
+            c.as_str().or_else(|| c["id"].as_str()).unwrap_or_else(|| panic!("no charge: {intent}")).to_owned()
+        }
+
+        /// Every refund of a charge.
+        pub async fn refunds_of(&self, charge: &str) -> Vec<Value> {
+            let (status, body) = self.call("GET", "/v1/refunds", &[("charge", charge), ("limit", "100")]).await;
+            assert_eq!(status, 200, "refunds of {charge}: {body}");
+            body["data"].as_array().cloned().unwrap_or_default()
+        }
+
+        /// A webhook body as Stripe sends it, for the intent as it is now.
+        pub async fn event_body(&self, event_id: &str, event_type: &str, intent: &str) -> String {
+            let object = self.intent(intent).await;
+            serde_json::json!({
+                "id": event_id, "object": "event", "type": event_type, "api_version": "2024-06-20",
+                "created": now_secs(), "data": {"object": object},
+            })
+            .to_string()
+        }
+    }
+
+    pub fn now_secs() -> i64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+    }
+
+    /// `Stripe-Signature` for `body` at `t` with `secret`.
+    pub fn signature(secret: &str, t: i64, body: &str) -> String {
+        order_core::signature::sign(secret.as_bytes(), t, body.as_bytes())
+    }
 }
 
 /// Asserts that an EventBridge event (as a subscriber receives it) is one

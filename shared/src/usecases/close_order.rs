@@ -211,7 +211,7 @@ where
             .order_record(&order.order_id)
             .await?
             .ok_or_else(|| Unavailable::new("close", "order vanished while closing"))?;
-        let facts = self.facts(&record.payments, deadline).await?;
+        let facts = self.facts(&record.order, &record.payments, deadline).await?;
         if !facts.successes.is_empty() {
             return self.settle_successes(order, facts.successes).await.map(Some);
         }
@@ -307,7 +307,7 @@ where
     }
 
     /// Local facts first; the channel for every attempt not yet settled.
-    async fn facts(&self, payments: &[PaymentAttempt], deadline: Timestamp) -> Result<Facts, Unavailable> {
+    async fn facts(&self, order: &Order, payments: &[PaymentAttempt], deadline: Timestamp) -> Result<Facts, Unavailable> {
         let mut facts = Facts::default();
         for p in payments {
             let now = self.clock.now();
@@ -329,7 +329,7 @@ where
                     },
                     None => Verdict::Unknown("a recorded success without a channel transaction id".into()),
                 },
-                PaymentStatus::Processing | PaymentStatus::Unknown => self.ask_channel(p, now).await,
+                PaymentStatus::Processing | PaymentStatus::Unknown => self.ask_channel(order, p, now).await,
             };
             let (status, detail) = match &verdict {
                 Verdict::Paid { detail, .. } => (PaymentStatus::Succeeded, detail.clone()),
@@ -365,7 +365,11 @@ where
         Ok(facts)
     }
 
-    async fn ask_channel(&self, p: &PaymentAttempt, now: Timestamp) -> Verdict {
+    async fn ask_channel(&self, order: &Order, p: &PaymentAttempt, now: Timestamp) -> Verdict {
+        if crate::faults::active().close_sees_no_payment(order.user_id.as_str()) {
+            warn!(payment_id = %p.payment_id, "fault injection: the channel answers that it has no such payment");
+            return verdict_of(Ok(ChannelPayment::NotFound), p, now, self.not_found_grace);
+        }
         channel_verdict(&self.channel, p, now, self.not_found_grace).await
     }
 }
