@@ -665,7 +665,8 @@ pub mod stripe {
                 .await;
             assert_eq!(status, 200, "payment method: {pm}");
             let pm_id = pm["id"].as_str().unwrap().to_owned();
-            let (status, body) = self.call("POST", &format!("/v1/payment_intents/{intent}"), &[("payment_method", &pm_id)]).await;
+            let (status, body) =
+                self.call("POST", &format!("/v1/payment_intents/{intent}"), &[("payment_method", &pm_id)]).await;
             assert_eq!(status, 200, "set payment method on {intent}: {body}");
         }
 
@@ -714,6 +715,130 @@ pub mod stripe {
     /// `Stripe-Signature` for `body` at `t` with `secret`.
     pub fn signature(secret: &str, t: i64, body: &str) -> String {
         order_core::signature::sign(secret.as_bytes(), t, body.as_bytes())
+    }
+}
+
+/// Stripe's answers (`tests/fixtures/stripe/`, in the shapes of Stripe's
+/// API reference) served in order by a local HTTP server that records the
+/// requests: what localstripe cannot produce (a `processing` intent, a
+/// pending refund, 429s, Stripe's error codes).
+pub mod recorded_stripe {
+    use std::collections::HashMap;
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::{Arc, Mutex};
+
+    /// One request the server saw.
+    #[derive(Debug, Clone)]
+    pub struct Seen {
+        pub method: String,
+        pub target: String,
+        pub headers: HashMap<String, String>,
+        pub body: String,
+    }
+
+    impl Seen {
+        pub fn form(&self) -> HashMap<String, String> {
+            parse_pairs(&self.body)
+        }
+        pub fn query(&self) -> HashMap<String, String> {
+            parse_pairs(self.target.split_once('?').map(|(_, q)| q).unwrap_or(""))
+        }
+        pub fn path(&self) -> &str {
+            self.target.split('?').next().unwrap_or("")
+        }
+    }
+
+    fn parse_pairs(s: &str) -> HashMap<String, String> {
+        let decode = |v: &str| {
+            let v = v.replace('+', " ");
+            let mut out = Vec::new();
+            let b = v.as_bytes();
+            let mut i = 0;
+            while i < b.len() {
+                if b[i] == b'%' && i + 2 < b.len() + 1 {
+                    out.push(u8::from_str_radix(&v[i + 1..i + 3], 16).unwrap());
+                    i += 3;
+                } else {
+                    out.push(b[i]);
+                    i += 1;
+                }
+            }
+            String::from_utf8(out).unwrap()
+        };
+        s.split('&')
+            .filter(|p| !p.is_empty())
+            .filter_map(|p| p.split_once('='))
+            .map(|(k, v)| (decode(k), decode(v)))
+            .collect()
+    }
+
+    /// An answer: status, extra headers, body (a fixture's name or JSON).
+    pub struct Answer {
+        pub status: u16,
+        pub headers: Vec<(&'static str, &'static str)>,
+        pub body: String,
+    }
+
+    pub fn fixture(name: &str) -> String {
+        let path = format!("{}/fixtures/stripe/{name}.json", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    pub fn ok(name: &str) -> Answer {
+        Answer { status: 200, headers: vec![], body: fixture(name) }
+    }
+
+    pub fn status(status: u16, name: &str) -> Answer {
+        Answer { status, headers: vec![], body: fixture(name) }
+    }
+
+    /// Serves `answers` in order, one per request, and records the requests.
+    pub fn serve(answers: Vec<Answer>) -> (String, Arc<Mutex<Vec<Seen>>>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            let mut answers = answers.into_iter();
+            for stream in listener.incoming().flatten() {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    continue;
+                }
+                let mut parts = line.split_whitespace();
+                let (method, target) = (parts.next().unwrap().to_owned(), parts.next().unwrap().to_owned());
+                let mut headers = HashMap::new();
+                loop {
+                    let mut h = String::new();
+                    reader.read_line(&mut h).unwrap();
+                    let h = h.trim_end();
+                    if h.is_empty() {
+                        break;
+                    }
+                    let (k, v) = h.split_once(':').unwrap();
+                    headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_owned());
+                }
+                let len: usize = headers.get("content-length").and_then(|l| l.parse().ok()).unwrap_or(0);
+                let mut body = vec![0; len];
+                reader.read_exact(&mut body).unwrap();
+                log.lock().unwrap().push(Seen { method, target, headers, body: String::from_utf8(body).unwrap() });
+                let a = answers.next().unwrap_or_else(|| Answer { status: 599, headers: vec![], body: "{}".into() });
+                let mut out = format!(
+                    "HTTP/1.1 {} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+                    a.status,
+                    a.body.len()
+                );
+                for (k, v) in &a.headers {
+                    out.push_str(&format!("{k}: {v}\r\n"));
+                }
+                out.push_str("\r\n");
+                out.push_str(&a.body);
+                let mut stream = stream;
+                let _ = stream.write_all(out.as_bytes());
+            }
+        });
+        (url, seen)
     }
 }
 

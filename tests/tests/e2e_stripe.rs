@@ -59,10 +59,14 @@ impl StripeOrder {
     }
 
     async fn wait_stock(&self, available: i64, sold: i64) {
-        eventually(&format!("{} stock {available} available, {sold} sold", self.sku), Duration::from_secs(60), || async {
-            let s = self.api.stock(&self.sku).await;
-            (s["available"] == available && s["reserved"] == 0 && s["sold"] == sold).then_some(())
-        })
+        eventually(
+            &format!("{} stock {available} available, {sold} sold", self.sku),
+            Duration::from_secs(60),
+            || async {
+                let s = self.api.stock(&self.sku).await;
+                (s["available"] == available && s["reserved"] == 0 && s["sold"] == sold).then_some(())
+            },
+        )
         .await;
     }
 
@@ -191,7 +195,10 @@ async fn a_payment_confirmed_at_the_moment_of_expiry_has_one_outcome_and_it_is_s
         })
         .await;
         let intent = o.stripe.intent(&o.intent).await;
-        eprintln!("confirmed {offset:+} ms from expire_at: order {}, intent {}", final_view["status"], intent["status"]);
+        eprintln!(
+            "confirmed {offset:+} ms from expire_at: order {}, intent {}",
+            final_view["status"], intent["status"]
+        );
         match (final_view["status"].as_str().unwrap(), intent["status"].as_str().unwrap()) {
             ("PAID", "succeeded") => {
                 assert_eq!(status, 200, "{body}");

@@ -307,7 +307,12 @@ where
     }
 
     /// Local facts first; the channel for every attempt not yet settled.
-    async fn facts(&self, order: &Order, payments: &[PaymentAttempt], deadline: Timestamp) -> Result<Facts, Unavailable> {
+    async fn facts(
+        &self,
+        order: &Order,
+        payments: &[PaymentAttempt],
+        deadline: Timestamp,
+    ) -> Result<Facts, Unavailable> {
         let mut facts = Facts::default();
         for p in payments {
             let now = self.clock.now();
