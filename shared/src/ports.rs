@@ -4,7 +4,6 @@
 
 use crate::domain::events::IntegrationEvent;
 use crate::domain::*;
-use crate::store::PaymentAttempt;
 use async_trait::async_trait;
 use std::time::Duration;
 

@@ -165,10 +165,13 @@ async fn each_channel_is_checked_with_its_own_secret_only() {
                       "amount": 1, "currency": "EUR", "merchant_id": "merchant-local", "status": "SUCCEEDED"})
     .to_string();
     let signed_by_sandbox = signature::sign(webhook_secret().as_bytes(), now, body.as_bytes());
-    // The sandbox's secret cannot vouch for the provider's channel.
-    let provider =
-        api.send("POST", "/payments/provider/notify", &[("X-Signature", &signed_by_sandbox)], Some(&body), false).await;
-    assert_eq!((provider.status, provider.error_code()), (401, "bad_signature"), "{provider:?}");
+    // The sandbox's secret cannot vouch for the provider's channel (Stripe
+    // on this stack), in either channel's header.
+    for header in ["X-Signature", "Stripe-Signature"] {
+        let provider =
+            api.send("POST", "/payments/stripe/notify", &[(header, &signed_by_sandbox)], Some(&body), false).await;
+        assert_eq!((provider.status, provider.error_code()), (401, "bad_signature"), "{header}: {provider:?}");
+    }
     // A channel this stack does not have is not found, whatever the signature.
     let unknown =
         api.send("POST", "/payments/nowhere/notify", &[("X-Signature", &signed_by_sandbox)], Some(&body), false).await;
