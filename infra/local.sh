@@ -229,7 +229,8 @@ point_stripe_webhooks() {
 import json, sys, urllib.request
 base, url, secret = sys.argv[1:]
 events = ["payment_intent.succeeded", "payment_intent.processing", "payment_intent.payment_failed",
-          "payment_intent.canceled", "refund.created", "refund.updated", "refund.failed"]
+          "payment_intent.canceled", "refund.created", "refund.updated", "refund.failed",
+          "charge.refund.updated"]
 req = urllib.request.Request(f"{base}/_config/webhooks/order-expiry", method="POST",
                              data=json.dumps({"url": url, "secret": secret, "events": events}).encode(),
                              headers={"Content-Type": "application/json"})

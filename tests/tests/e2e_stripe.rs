@@ -5,12 +5,12 @@
 //! late, out of order, forged or stale, and reconciliation over Stripe's
 //! own records. The pieces localstripe cannot show (an intent left
 //! `processing`, Stripe's idempotency) are tested against recorded Stripe
-//! answers in `shared/tests/stripe_adapter.rs`.
+//! answers in `tests/tests/stripe_adapter.rs`.
 
 use aws_sdk_dynamodb::types::AttributeValue as Av;
 use serde_json::{json, Value};
 use std::time::Duration;
-use system_tests::stripe::{intent_of, now_secs, signature, Stripe, CARD_OK};
+use system_tests::stripe::{intent_of, now_secs, signature, Stripe, CARD_DECLINED_ON_CHARGE, CARD_OK};
 use system_tests::*;
 
 struct StripeOrder {
@@ -149,6 +149,32 @@ async fn an_order_paid_in_time_with_a_test_card_is_paid_with_its_stock_sold() {
     assert_eq!(attempt["channel_txn_id"], Stripe::charge_of(&paid).as_str(), "the charge is the channel transaction");
     assert_eq!(admin["paid_by"], o.payment_id.as_str());
     assert!(kinds_for(&reconcile().await, &o.order_id).is_empty(), "paid at Stripe and here: nothing to report");
+}
+
+#[tokio::test]
+async fn a_declined_card_leaves_the_order_payable_until_its_window_ends() {
+    // Stripe's payment_intent.payment_failed is not an outcome: the intent
+    // goes back to requires_payment_method and can still be paid (with
+    // another card at Stripe; localstripe keeps the failed charge and
+    // refuses a second confirmation, docs/local-dev.md), so nothing is
+    // recorded and the order closes only at its expiry.
+    let o = order_paying_by_stripe("STRIPE-DECLINED", &unique("stripe-declined")).await;
+    o.stripe.attach_card(&o.intent, CARD_DECLINED_ON_CHARGE).await;
+    let (status, body) = o.stripe.confirm(&o.intent).await;
+    assert_ne!(status, 200, "declined: {body}");
+    assert_eq!(o.stripe.intent(&o.intent).await["status"], "requires_payment_method");
+    let failed = o.event(&unique("evt_declined"), "payment_intent.payment_failed").await;
+    let r = o.notify(&failed, &current_secret(), now_secs()).await;
+    assert_eq!((r.status, r.body["result"].as_str()), (200, Some("still_open")), "{r:?}");
+    let admin = o.admin().await;
+    assert_eq!(
+        (admin["status"].as_str(), admin["payments"][0]["status"].as_str()),
+        (Some("PENDING_PAYMENT"), Some("PROCESSING")),
+        "still payable, not FAILED: {admin}"
+    );
+    o.api.wait_status(&o.order_id, "CLOSED", settle_timeout()).await;
+    assert_eq!(o.stripe.intent(&o.intent).await["status"], "canceled");
+    o.wait_stock(3, 0).await;
 }
 
 #[tokio::test]

@@ -297,3 +297,14 @@ async fn a_processing_intent_holds_its_order_until_it_resolves_and_then_the_orde
     assert_eq!(paid.status, OrderStatus::Paid, "the bank's success wins over the timeout");
     assert_eq!(paid.paid_by.as_ref(), Some(&a.payment_id));
 }
+
+#[test]
+fn the_local_stack_and_the_docs_subscribe_every_event_the_webhook_handles() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for file in ["infra/local.sh", "README.md", "docs/payments.md"] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        for event in order_core::stripe::events::SUBSCRIBED {
+            assert!(text.contains(event), "{file} does not name the Stripe event {event}");
+        }
+    }
+}

@@ -134,11 +134,20 @@ impl StripeChannel {
             let next = page.data.last().map(|o| o.id().to_owned());
             all.extend(page.data.into_iter().filter(|o| o.created() >= since));
             match next {
-                Some(id) if page.has_more => starting_after = Some(id),
+                Some(id) if page.has_more => starting_after = Some(next_cursor(&q, &id)?),
                 _ => return Ok(all),
             }
         }
     }
+}
+
+/// The cursor of the next page; a server that answers the same last object
+/// again (with `has_more`) would page for ever, so that is an error.
+fn next_cursor(query: &[(&str, String)], last: &str) -> Result<String, Unavailable> {
+    if query.iter().any(|(k, v)| *k == "starting_after" && v == last) {
+        return Err(Unavailable::new("Stripe list", format!("the page after {last} starts at {last} again")));
+    }
+    Ok(last.to_owned())
 }
 
 /// What the statement's pagination needs of a listed object.

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 /// The events the webhook endpoint is registered for (README, "Payment
 /// providers"); any other type is acknowledged and counted.
-pub const SUBSCRIBED: [&str; 7] = [
+pub const SUBSCRIBED: [&str; 8] = [
     "payment_intent.succeeded",
     "payment_intent.processing",
     "payment_intent.payment_failed",
@@ -16,6 +16,8 @@ pub const SUBSCRIBED: [&str; 7] = [
     "refund.created",
     "refund.updated",
     "refund.failed",
+    // Before API version 2024-10-28, card refunds are told only this way.
+    "charge.refund.updated",
 ];
 
 #[derive(Deserialize)]
