@@ -17,6 +17,8 @@ Commands
           `PERSIST_STATE=1 infra/local.sh up`): the emulator-restart drill;
           the stream mappings' saved read positions are rewound to 0 first
           (ministack does not keep stream records; see README)
+  redeploy  build, then update the running stack with the new bootstrap
+          (same parameters; the emulator, its data and localstripe keep running)
   status  show what is running and the stack outputs
   build   only build the function binaries (cargo build --workspace --bins)
   logs    follow the ministack log (function stdout/stderr appears there)
@@ -459,6 +461,19 @@ cmd_restart() {
   ok "ministack restarted with its state in $((SECONDS - t0))s"
 }
 
+cmd_redeploy() {
+  [[ -f "$STATE/stack.env" ]] || die "no local stack: run infra/local.sh up first"
+  grep -q '^PAYMENT_WINDOW_SECONDS=' "$STATE/stack.env" && \
+    PAYMENT_WINDOW_SECONDS="$(sed -n 's/^PAYMENT_WINDOW_SECONDS=//p' "$STATE/stack.env")"
+  [[ "$LOCAL_EMULATOR" == ministack ]] || die "redeploy is for the ministack stack; run up for an external emulator"
+  [[ "${SKIP_BUILD:-0}" == 1 ]] || build
+  aws_env
+  # The main stack only: its outputs (and the subscriber stack) stay as they are.
+  run_deploy "$LOCAL_API_ID" "$API_BASE_URL"
+  rm -f "$STATE/outputs.env"
+  ok "stack $STACK_NAME updated with the new bootstrap"
+}
+
 cmd_status() {
   local pf
   if [[ ! -d "$STATE" ]]; then echo "not running (no .local/)"; return 0; fi
@@ -493,6 +508,7 @@ case "${1:-}" in
   up) cmd_up ;;
   down) cmd_down ;;
   restart) cmd_restart ;;
+  redeploy) cmd_redeploy ;;
   status) cmd_status ;;
   build) build ;;
   logs) [[ -f "$STATE/ministack.log" ]] || die "no .local/ministack.log"; exec tail -n 200 -F "$STATE/ministack.log" ;;

@@ -360,6 +360,21 @@ async fn forged_stale_and_unsigned_stripe_webhooks_are_refused_and_write_nothing
 }
 
 #[tokio::test]
+async fn a_stripe_event_larger_than_a_buyer_request_is_taken_up_to_its_own_limit() {
+    let o = order_paying_by_stripe("STRIPE-BIG", &unique("stripe-big")).await;
+    let mut event: Value =
+        serde_json::from_str(&o.event(&unique("evt_big"), "payment_intent.processing").await).unwrap();
+    // A long description (as an older API version's embedded charges or
+    // long metadata make it): past the 16 KiB of buyer requests.
+    event["data"]["object"]["description"] = json!("x".repeat(30 * 1024));
+    let r = o.notify(&event.to_string(), &current_secret(), now_secs()).await;
+    assert_eq!((r.status, r.body["result"].as_str()), (200, Some("still_open")), "{r:?}");
+    event["data"]["object"]["description"] = json!("x".repeat(70 * 1024));
+    let r = o.notify(&event.to_string(), &current_secret(), now_secs()).await;
+    assert_eq!((r.status, r.error_code()), (413, "payload_too_large"), "{r:?}");
+}
+
+#[tokio::test]
 async fn reconciliation_over_the_stripe_statement_finds_an_intent_that_has_no_order() {
     let stripe = Stripe::new();
     let ghost_order = unique("ord_ghost");

@@ -2,6 +2,7 @@
 
 use super::api::{
     body_bytes, buyer, caller_identity, header, idempotency_key, path_param, route_key, within_body_limit,
+    within_limit, MAX_BODY_BYTES, MAX_PROVIDER_EVENT_BYTES,
 };
 use super::requests;
 use super::views;
@@ -139,12 +140,13 @@ pub struct Webhook {
 
 /// POST /payments/{channel}/notify
 pub async fn payment_webhook(app: &Webhook, req: Request) -> Response<Body> {
-    if let Err(e) = within_body_limit(&req) {
+    let channel = path_param(&req, "channel");
+    let limit = if channel == crate::stripe::CHANNEL_NAME { MAX_PROVIDER_EVENT_BYTES } else { MAX_BODY_BYTES };
+    if let Err(e) = within_limit(&req, limit) {
         return error_response(&e);
     }
     let body = body_bytes(&req);
     let now = app.clock.now().unix_seconds();
-    let channel = path_param(&req, "channel");
     let Some(secret) = app.secrets.get(&channel) else {
         return error_response(&ApiError::not_found(format!("payment channel {channel:?}")));
     };
