@@ -61,9 +61,22 @@ fn http_events_decode_as_api_gateway_v2_requests() {
         "order-api-start-payment.json",
         "order-api-put-stock.json",
         "payment-webhook.json",
+        "stripe-webhook.json",
         "sandbox-channel-settle.json",
     ] {
         let req: aws_lambda_events::event::apigw::ApiGatewayV2httpRequest = serde_json::from_str(&event(f)).unwrap();
         assert!(req.route_key.is_some(), "{f}");
     }
+}
+
+#[test]
+fn the_stripe_webhook_event_carries_a_stripe_event_about_our_payment() {
+    let req: aws_lambda_events::event::apigw::ApiGatewayV2httpRequest =
+        serde_json::from_str(&event("stripe-webhook.json")).unwrap();
+    assert!(req.headers.contains_key("stripe-signature"));
+    let parsed = order_core::stripe::events::parse_event(req.body.unwrap().as_bytes()).unwrap();
+    assert!(matches!(
+        parsed,
+        order_core::usecases::channel_events::ChannelEvent::Payment { ref payment_id, .. } if payment_id.as_deref() == Some("pay_example")
+    ));
 }
