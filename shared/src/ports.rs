@@ -139,6 +139,9 @@ pub struct OpenedPayment {
     /// What the buyer's client confirms the payment with (Stripe's
     /// PaymentIntent `client_secret`). Never logged, never stored by us.
     pub client_secret: Option<String>,
+    /// The channel refused to open the payment (an amount below its minimum,
+    /// a currency it does not take): nothing exists there, and why.
+    pub refused: Option<String>,
 }
 
 /// A payment provider. The sandbox and Stripe implement it.

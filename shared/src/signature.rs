@@ -36,9 +36,20 @@ pub fn sign(secret: &[u8], t: i64, body: &[u8]) -> String {
     format!("t={t},v1={}", hex::encode(mac(secret, t, body).finalize().into_bytes()))
 }
 
-/// Verifies `header` over the raw `body` at server time `now` (unix seconds).
-pub fn verify(secret: &[u8], header: Option<&str>, body: &[u8], now: i64) -> Result<(), SignatureError> {
+/// The most `v1=` values a header may carry: a sender signs with at most
+/// two secrets at once (Stripe during an endpoint's secret roll). A header
+/// with more is malformed, so junk cannot make one request cost thousands
+/// of HMACs over a large body.
+pub const MAX_SIGNATURES: usize = 4;
+/// The longest header taken (four 64-hex signatures and a timestamp fit).
+const MAX_HEADER_BYTES: usize = 512;
+
+/// A header's timestamp and signatures, checked for shape and age.
+fn parse(header: Option<&str>, now: i64) -> Result<(i64, Vec<Vec<u8>>), SignatureError> {
     let header = header.ok_or(SignatureError::Missing)?;
+    if header.len() > MAX_HEADER_BYTES {
+        return Err(SignatureError::Malformed);
+    }
     let mut t = None;
     let mut v1 = Vec::new();
     for part in header.split(',') {
@@ -49,33 +60,38 @@ pub fn verify(secret: &[u8], header: Option<&str>, body: &[u8], now: i64) -> Res
         }
     }
     let t = t.ok_or(SignatureError::Malformed)?;
-    if v1.is_empty() {
+    if v1.is_empty() || v1.len() > MAX_SIGNATURES {
         return Err(SignatureError::Malformed);
     }
     if now.abs_diff(t) > TOLERANCE_SECONDS as u64 {
         return Err(SignatureError::Stale);
     }
-    // Several v1 values allow secret rotation: any one may match.
-    if v1.iter().any(|sig| mac(secret, t, body).verify_slice(sig).is_ok()) {
-        Ok(())
-    } else {
-        Err(SignatureError::Mismatch)
-    }
+    Ok((t, v1))
+}
+
+/// Constant-time equality of two MACs.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Verifies `header` over the raw `body` at server time `now` (unix seconds).
+pub fn verify(secret: &[u8], header: Option<&str>, body: &[u8], now: i64) -> Result<(), SignatureError> {
+    verify_any(std::slice::from_ref(&secret.to_vec()), header, body, now)
 }
 
 /// Verifies against each of `secrets` (an old and a new one while a secret
 /// is rotated): valid if any one matches. With no secret nothing verifies.
+/// One HMAC over the body per secret, whatever the header carries.
 pub fn verify_any(secrets: &[Vec<u8>], header: Option<&str>, body: &[u8], now: i64) -> Result<(), SignatureError> {
-    let mut last = SignatureError::Mismatch;
+    let (t, signatures) = parse(header, now)?;
     for secret in secrets {
-        match verify(secret, header, body, now) {
-            Ok(()) => return Ok(()),
-            // Missing, malformed or stale fails the same way for every secret.
-            Err(e @ (SignatureError::Missing | SignatureError::Malformed | SignatureError::Stale)) => return Err(e),
-            Err(e) => last = e,
+        let expected = mac(secret, t, body).finalize().into_bytes();
+        // Several v1 values allow secret rotation: any one may match.
+        if signatures.iter().any(|sig| same(&expected, sig)) {
+            return Ok(());
         }
     }
-    Err(last)
+    Err(SignatureError::Mismatch)
 }
 
 #[cfg(test)]
@@ -111,5 +127,17 @@ mod tests {
         // secrets) verifies when either is ours.
         let both = format!("{},v1={}", sign(b"zzz", 1000, b"x"), sign(b"new", 1000, b"x").split("v1=").nth(1).unwrap());
         assert_eq!(verify_any(&secrets, Some(&both), b"x", 1000), Ok(()));
+    }
+
+    #[test]
+    fn a_header_with_more_signatures_than_a_sender_uses_is_malformed_before_any_hmac() {
+        let one = sign(b"k", 1000, b"x");
+        let sig = one.split("v1=").nth(1).unwrap();
+        let four = format!("t=1000{}", format!(",v1={sig}").repeat(MAX_SIGNATURES));
+        assert_eq!(verify(b"k", Some(&four), b"x", 1000), Ok(()));
+        let five = format!("t=1000{}", format!(",v1={sig}").repeat(MAX_SIGNATURES + 1));
+        assert_eq!(verify(b"k", Some(&five), b"x", 1000), Err(SignatureError::Malformed));
+        let junk = format!("t=1000{}", ",v1=".repeat(2000));
+        assert_eq!(verify(b"k", Some(&junk), b"x", 1000), Err(SignatureError::Malformed));
     }
 }

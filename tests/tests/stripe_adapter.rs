@@ -154,9 +154,14 @@ async fn stripe_should_retry_false_and_a_client_error_are_not_retried() {
 }
 
 #[tokio::test]
-async fn an_unknown_intent_is_not_found_and_an_intent_of_another_payment_is_never_its_answer() {
-    let (url, _) = serve(vec![status(404, "error_no_such_intent")]);
-    assert_eq!(channel(&url).query(&attempt(Some("pi_missing"), None)).await.unwrap(), ChannelPayment::NotFound);
+async fn an_intent_stripe_denies_or_of_another_payment_is_unknown_and_without_an_id_none_was_made() {
+    // An intent Stripe gave us and now denies: the key changed (another
+    // account, the other mode), never "nothing was charged".
+    let (url, _) = serve(vec![status(404, "error_no_such_intent"), status(404, "error_no_such_intent")]);
+    let err = channel(&url).query(&attempt(Some("pi_missing"), None)).await.unwrap_err();
+    assert!(err.to_string().contains("is the secret key of another account"), "{err}");
+    let err = channel(&url).cancel(&attempt(Some("pi_missing"), None)).await.unwrap_err();
+    assert!(err.to_string().contains("pi_missing"), "{err}");
     assert_eq!(
         channel(&url).query(&attempt(None, None)).await.unwrap(),
         ChannelPayment::NotFound,

@@ -100,7 +100,10 @@ fn parse_secret_parameters(spec: &str) -> Result<Vec<(String, String)>, lambda_r
 /// parameter `name`. The error names the parameter, never the value.
 pub async fn ssm_text(client: &aws_sdk_ssm::Client, name: &str) -> Result<String, lambda_runtime::Error> {
     let bytes = ssm_secret(client, name).await?;
-    String::from_utf8(bytes).map_err(|_| format!("SSM parameter {name} is not UTF-8 text").into())
+    let text = String::from_utf8(bytes).map_err(|_| format!("SSM parameter {name} is not UTF-8 text"))?;
+    // A value pasted with its line end (`echo key | aws ssm put-parameter`)
+    // would make every request header invalid; the key itself has no spaces.
+    Ok(text.trim().to_owned())
 }
 
 async fn ssm_secret(client: &aws_sdk_ssm::Client, name: &str) -> Result<Vec<u8>, lambda_runtime::Error> {

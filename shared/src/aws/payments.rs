@@ -82,6 +82,19 @@ impl DynamoStore {
         }
         let mut set = "SET #status = :s, evidence = list_append(if_not_exists(evidence, :empty), :ev)".to_owned();
         let mut cond = format!("attribute_exists(pk) AND {from_cond}");
+        if status != PaymentStatus::Succeeded {
+            // A conclusion drawn from the attempt as read (e.g. "the channel
+            // has no such payment": it had no channel id) holds only if the
+            // channel's id is still the one read; a payment entry that
+            // recorded it meanwhile has handed the payment to the buyer.
+            match &p.channel_ref {
+                None => cond.push_str(" AND attribute_not_exists(channel_ref)"),
+                Some(r) => {
+                    cond.push_str(" AND channel_ref = :cref");
+                    u = u.expression_attribute_values(":cref", s(r));
+                }
+            }
+        }
         if let Some(t) = txn {
             // A success names its channel transaction once; a report of the
             // same payment with another transaction id is a mismatch. The

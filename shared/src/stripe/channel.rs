@@ -35,6 +35,19 @@ fn unavailable(context: &'static str, e: CallError) -> Unavailable {
     Unavailable::new(context, e)
 }
 
+/// Stripe answering 404 for an intent it created for us is not "never
+/// charged": the key is another account's or of the other mode (a rotation
+/// gone wrong). Unknown, so the order is held and nothing is released.
+fn vanished(id: &str) -> Unavailable {
+    Unavailable::new(
+        "Stripe PaymentIntent",
+        format!(
+            "Stripe has no PaymentIntent {id}, which it created for this payment: is the secret key of another \
+             account, or of the other mode (test/live)?"
+        ),
+    )
+}
+
 impl StripeChannel {
     pub fn new(client: StripeClient, settings: StripeSettings) -> Self {
         Self { client, settings }
@@ -57,7 +70,7 @@ impl StripeChannel {
     /// metadata names another payment is never read as this one's answer.
     async fn attempt_intent(&self, attempt: &PaymentAttempt) -> Result<Option<PaymentIntent>, Unavailable> {
         let Some(id) = attempt.channel_ref.as_deref() else { return Ok(None) };
-        let Some(pi) = self.intent(id).await? else { return Ok(None) };
+        let Some(pi) = self.intent(id).await? else { return Err(vanished(id)) };
         if pi.meta(objects::META_PAYMENT_ID) != Some(attempt.payment_id.as_str()) {
             return Err(Unavailable::new(
                 "Stripe PaymentIntent",
@@ -67,7 +80,10 @@ impl StripeChannel {
         Ok(Some(pi))
     }
 
-    async fn create_intent(&self, attempt: &PaymentAttempt) -> Result<PaymentIntent, Unavailable> {
+    /// The new intent, or `Err(why)` when Stripe refused the request itself
+    /// (400: an amount below its minimum, a currency it does not take):
+    /// nothing was created, and asking again cannot change that.
+    async fn create_intent(&self, attempt: &PaymentAttempt) -> Result<Result<PaymentIntent, String>, Unavailable> {
         let form = [
             ("amount", attempt.amount.to_string()),
             ("currency", attempt.currency.as_str().to_ascii_lowercase()),
@@ -75,10 +91,15 @@ impl StripeChannel {
             ("metadata[order_id]", attempt.order_id.to_string()),
             ("metadata[payment_id]", attempt.payment_id.to_string()),
         ];
-        self.client
+        match self
+            .client
             .post("create PaymentIntent", "/v1/payment_intents", &form, Some(attempt.payment_id.as_str()))
             .await
-            .map_err(|e| unavailable("Stripe create PaymentIntent", e))
+        {
+            Ok(pi) => Ok(Ok(pi)),
+            Err(CallError::Api { status: 400, message, .. }) => Ok(Err(message)),
+            Err(e) => Err(unavailable("Stripe create PaymentIntent", e)),
+        }
     }
 
     /// The charge a refund of `attempt` goes against.
@@ -89,8 +110,9 @@ impl StripeChannel {
         Ok(self.attempt_intent(attempt).await?.and_then(|pi| pi.charge_id().map(str::to_owned)))
     }
 
-    /// The refund made under `key`, if one was (newest first at Stripe).
-    async fn refund_by_key(&self, charge: &str, key: &str) -> Result<Option<Refund>, Unavailable> {
+    /// Every refund of `charge`, following the cursor.
+    async fn refunds_of(&self, charge: &str) -> Result<Vec<Refund>, Unavailable> {
+        let mut all = Vec::new();
         let mut starting_after: Option<String> = None;
         loop {
             let mut q = vec![("charge", charge.to_owned()), ("limit", PAGE.to_string())];
@@ -102,14 +124,11 @@ impl StripeChannel {
                 .get("list refunds", "/v1/refunds", &q)
                 .await
                 .map_err(|e| unavailable("Stripe list refunds", e))?;
-            if let Some(r) =
-                page.data.iter().find(|r| r.metadata.get(objects::META_REFUND_KEY).map(String::as_str) == Some(key))
-            {
-                return Ok(Some(r.clone()));
-            }
-            match page.data.last() {
-                Some(last) if page.has_more => starting_after = Some(last.id.clone()),
-                _ => return Ok(None),
+            let next = page.data.last().map(|r| r.id.clone());
+            all.extend(page.data);
+            match next {
+                Some(id) if page.has_more => starting_after = Some(next_cursor(&q, &id)?),
+                _ => return Ok(all),
             }
         }
     }
@@ -190,14 +209,18 @@ impl PaymentChannel for StripeChannel {
         // ever handed to the buyer whose attempt it is).
         let pi = match self.attempt_intent(attempt).await? {
             Some(pi) => pi,
-            None => self.create_intent(attempt).await?,
+            None => match self.create_intent(attempt).await? {
+                Ok(pi) => pi,
+                Err(refused) => return Ok(OpenedPayment { refused: Some(refused), ..Default::default() }),
+            },
         };
-        Ok(OpenedPayment { channel_ref: Some(pi.id), client_secret: pi.client_secret })
+        Ok(OpenedPayment { channel_ref: Some(pi.id), client_secret: pi.client_secret, refused: None })
     }
 
     async fn query(&self, attempt: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
         // Without a recorded intent id nobody was handed a client_secret:
-        // nothing can have been paid through it.
+        // nothing can have been paid through it (the close path's write of
+        // that conclusion is conditional on the id still being absent).
         answer(self.attempt_intent(attempt).await?)
     }
 
@@ -217,7 +240,7 @@ impl PaymentChannel for StripeChannel {
             Ok(pi) => {
                 Err(Unavailable::new("Stripe cancel", format!("{} is not payment {}", pi.id, attempt.payment_id)))
             }
-            Err(e) if e.status() == Some(404) => Ok(ChannelPayment::NotFound),
+            Err(e) if e.status() == Some(404) => Err(vanished(id)),
             // Stripe refuses to cancel an intent that succeeded or is
             // processing (and one already cancelled): read what it is.
             Err(e) if matches!(e.status(), Some(400 | 409)) => answer(self.attempt_intent(attempt).await?),
@@ -229,9 +252,11 @@ impl PaymentChannel for StripeChannel {
         let Some(charge) = self.charge_of(attempt).await? else {
             return Ok(RefundResult::Failed(format!("payment {} has no Stripe charge to refund", attempt.payment_id)));
         };
-        if let Some(done) = self.refund_by_key(&charge, key).await? {
-            return Ok(refund_state(&done));
-        }
+        let refunds = self.refunds_of(&charge).await?;
+        let request = match refund_to_make(&refunds, amount, key) {
+            RefundStep::Found(r) => return Ok(refund_state(r)),
+            RefundStep::Make { idempotency_key } => idempotency_key,
+        };
         let form = [
             ("charge", charge),
             ("amount", amount.to_string()),
@@ -239,7 +264,7 @@ impl PaymentChannel for StripeChannel {
             ("metadata[payment_id]", attempt.payment_id.to_string()),
             ("metadata[refund_key]", key.to_owned()),
         ];
-        match self.client.post::<Refund>("create refund", "/v1/refunds", &form, Some(key)).await {
+        match self.client.post::<Refund>("create refund", "/v1/refunds", &form, Some(&request)).await {
             Ok(r) => Ok(refund_state(&r)),
             // Refused (already refunded in full, a disputed charge…): a
             // failed try, counted; a person sees it after the last one.
@@ -252,6 +277,41 @@ impl PaymentChannel for StripeChannel {
             Err(e) => Err(unavailable("Stripe create refund", e)),
         }
     }
+}
+
+/// What a refund try does, from the charge's refunds as Stripe lists them.
+#[derive(Debug, PartialEq)]
+enum RefundStep<'a> {
+    /// A refund that answers for this one: ours, not failed (its state is
+    /// the answer), or, without one of ours, refunds made by hand (the
+    /// dashboard) that already gave the whole amount back.
+    Found(&'a Refund),
+    /// A new refund, under this idempotency key: `key` the first time, and a
+    /// key of its own after each refund of ours that Stripe failed or
+    /// cancelled (no money moved), so a try after a failure is not answered
+    /// with the failed refund for ever, while concurrent tries still make
+    /// one refund.
+    Make { idempotency_key: String },
+}
+
+fn refund_to_make<'a>(refunds: &'a [Refund], amount: i64, key: &str) -> RefundStep<'a> {
+    let is_ours = |r: &&Refund| r.metadata.get(objects::META_REFUND_KEY).map(String::as_str) == Some(key);
+    let dead = |r: &Refund| matches!(r.status.as_str(), "failed" | "canceled");
+    let ours: Vec<&Refund> = refunds.iter().filter(is_ours).collect();
+    if let Some(live) = ours.iter().find(|r| !dead(r)) {
+        return RefundStep::Found(live);
+    }
+    let by_hand: Vec<&Refund> = refunds
+        .iter()
+        .filter(|r| r.status == "succeeded" && !r.metadata.contains_key(objects::META_REFUND_KEY))
+        .collect();
+    if by_hand.iter().map(|r| r.amount).sum::<i64>() >= amount {
+        if let Some(first) = by_hand.first() {
+            return RefundStep::Found(first);
+        }
+    }
+    let idempotency_key = if ours.is_empty() { key.to_owned() } else { format!("{key}-after-{}", ours.len()) };
+    RefundStep::Make { idempotency_key }
 }
 
 /// One line per intent of ours (metadata `payment_id` and `order_id`)
@@ -312,6 +372,41 @@ mod tests {
             "metadata": {"payment_id": payment, "order_id": "ord_1"}
         }))
         .unwrap()
+    }
+
+    fn refund(id: &str, amount: i64, status: &str, key: Option<&str>) -> Refund {
+        let metadata = key.map(|k| [("refund_key".to_owned(), k.to_owned())].into_iter().collect()).unwrap_or_default();
+        Refund {
+            id: id.into(),
+            amount,
+            status: status.into(),
+            charge: Some("ch_1".into()),
+            payment_intent: None,
+            metadata,
+            failure_reason: None,
+            created: 0,
+        }
+    }
+
+    #[test]
+    fn a_refund_is_found_made_or_made_again_after_a_failure_and_never_twice() {
+        let key = "refund-pay_1";
+        assert_eq!(refund_to_make(&[], 500, key), RefundStep::Make { idempotency_key: key.into() });
+        let pending = [refund("re_1", 500, "pending", Some(key))];
+        assert_eq!(refund_to_make(&pending, 500, key), RefundStep::Found(&pending[0]));
+        // Failed at Stripe: no money moved, a new refund under a key of its own.
+        let failed = [refund("re_1", 500, "failed", Some(key))];
+        assert_eq!(refund_to_make(&failed, 500, key), RefundStep::Make { idempotency_key: format!("{key}-after-1") });
+        let again = [refund("re_2", 500, "succeeded", Some(key)), refund("re_1", 500, "failed", Some(key))];
+        assert_eq!(refund_to_make(&again, 500, key), RefundStep::Found(&again[0]));
+        // Refunded by hand in full: done; in part: ours is still made.
+        let by_hand = [refund("re_9", 500, "succeeded", None)];
+        assert_eq!(refund_to_make(&by_hand, 500, key), RefundStep::Found(&by_hand[0]));
+        let part = [refund("re_9", 100, "succeeded", None)];
+        assert_eq!(refund_to_make(&part, 500, key), RefundStep::Make { idempotency_key: key.into() });
+        // Another payment's refund on the same charge is not ours.
+        let other = [refund("re_7", 500, "succeeded", Some("refund-pay_2"))];
+        assert_eq!(refund_to_make(&other, 500, key), RefundStep::Make { idempotency_key: key.into() });
     }
 
     #[test]

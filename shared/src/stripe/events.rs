@@ -35,7 +35,9 @@ struct EventData {
 
 #[derive(Deserialize)]
 struct EventObject {
-    id: String,
+    /// Absent on a few types (`balance.available`): those are not acted on.
+    #[serde(default)]
+    id: Option<String>,
     #[serde(default)]
     object: String,
     #[serde(default)]
@@ -51,16 +53,14 @@ pub fn signing_secrets(value: &[u8]) -> Vec<Vec<u8>> {
 /// Parses a verified event body; `Err` names what is wrong with it.
 pub fn parse_event(body: &[u8]) -> Result<ChannelEvent, String> {
     let e: Event = serde_json::from_slice(body)
-        .map_err(|err| format!("the body is not a Stripe event (id, type, data.object.id): {err}"))?;
+        .map_err(|err| format!("the body is not a Stripe event (id, type, data.object): {err}"))?;
     let object = e.data.object;
     let meta = |k: &str| object.metadata.get(k).cloned();
-    Ok(match (e.kind.split_once('.').map(|(prefix, _)| prefix), object.object.as_str()) {
-        (Some("payment_intent"), "payment_intent") => ChannelEvent::Payment {
-            event_id: e.id,
-            channel_ref: object.id.clone(),
-            payment_id: meta(super::objects::META_PAYMENT_ID),
-        },
-        (Some("refund" | "charge"), "refund") => ChannelEvent::Refund {
+    Ok(match (e.kind.split_once('.').map(|(prefix, _)| prefix), object.object.as_str(), object.id.clone()) {
+        (Some("payment_intent"), "payment_intent", Some(id)) => {
+            ChannelEvent::Payment { event_id: e.id, channel_ref: id, payment_id: meta(super::objects::META_PAYMENT_ID) }
+        }
+        (Some("refund" | "charge"), "refund", _) => ChannelEvent::Refund {
             event_id: e.id,
             payment_id: meta(super::objects::META_PAYMENT_ID),
             order_id: meta(super::objects::META_ORDER_ID),
@@ -110,5 +110,8 @@ mod tests {
             br#"{"id":"evt_4","type":"payment_intent.succeeded","data":{"object":{"id":"ch_1","object":"charge"}}}"#;
         assert!(matches!(parse_event(odd).unwrap(), ChannelEvent::Other { .. }));
         assert!(parse_event(b"{}").unwrap_err().contains("not a Stripe event"));
+        // An object without an id (balance.available) is acknowledged, not refused.
+        let no_id = br#"{"id":"evt_5","type":"balance.available","data":{"object":{"object":"balance"}}}"#;
+        assert!(matches!(parse_event(no_id).unwrap(), ChannelEvent::Other { .. }));
     }
 }

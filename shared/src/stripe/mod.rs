@@ -81,6 +81,9 @@ impl StripeSettings {
     pub fn from_env(env: &StripeEnv, key: &SecretKey) -> Result<Self, String> {
         let dev = env.stage == "dev";
         let k = key.expose();
+        if k.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err("the Stripe secret key contains a space or a line break; store the key alone".into());
+        }
         if !["sk_test_", "sk_live_", "rk_test_", "rk_live_"].iter().any(|p| k.starts_with(p)) {
             return Err("the Stripe secret key must be a secret or restricted key (sk_… or rk_…), not a publishable \
                         key or a webhook secret; check the SSM parameter StripeSecretKeyParameterName names"
@@ -171,6 +174,7 @@ mod tests {
         refused(StripeEnv { publishable_key: Some("pk_live_1".into()), ..env("dev") }, &test, "different modes");
         refused(env("dev"), &SecretKey::new("whsec_1"), "secret or restricted key");
         refused(env("dev"), &SecretKey::new("pk_test_1"), "secret or restricted key");
+        refused(env("dev"), &SecretKey::new("sk_test_1\n"), "line break");
     }
 
     #[test]

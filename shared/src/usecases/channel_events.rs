@@ -155,22 +155,28 @@ where
         warn!(payment_id = %payment_id, "event names an attempt of another channel");
         return Ok(ignored(Ignored::ForeignPayment, event_id));
     }
-    match attempt.channel_ref.as_deref() {
+    let unrecorded = match attempt.channel_ref.as_deref() {
         Some(known) if known != channel_ref => {
             warn!(payment_id = %payment_id, channel_ref, known, "event names a payment that is not the attempt's");
             return Ok(ignored(Ignored::ForeignPayment, event_id));
         }
-        Some(_) => {}
+        Some(_) => false,
         // Opened at the channel, its id never recorded (the answer to
         // payment entry was lost): the signed event tells which it is.
         None => {
-            let _ = store.record_channel_ref(&attempt, channel_ref).await?;
             attempt.channel_ref = Some(channel_ref.to_owned());
+            true
         }
+    };
+    // The channel's answer now, not the event's: `Err` (not asked, or the
+    // payment is not this attempt's) fails the call so that the provider
+    // sends the event again.
+    let answer = channel.query(&attempt).await?;
+    if unrecorded {
+        // Only once the channel confirmed the payment is this attempt's.
+        let _ = store.record_channel_ref(&attempt, channel_ref).await?;
     }
-    // The channel's answer now, not the event's: `Err` (not asked) fails the
-    // call so that the provider sends the event again.
-    let (status, txn, amount, currency) = match channel.query(&attempt).await? {
+    let (status, txn, amount, currency) = match answer {
         ChannelPayment::Succeeded { channel_txn_id, amount, currency } => {
             (PaymentStatus::Succeeded, channel_txn_id, amount, currency)
         }

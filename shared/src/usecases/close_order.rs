@@ -348,7 +348,14 @@ where
             if status != PaymentStatus::Succeeded && status != p.status {
                 let evidence =
                     Evidence { at: now, source: "channel_query".into(), status, detail: Some(detail.clone()) };
-                self.store.record_payment_fact(p, status, evidence, None).await?;
+                if !self.store.record_payment_fact(p, status, evidence, None).await?
+                    && !self.concluded_meanwhile(p, status).await?
+                {
+                    // The attempt changed while the channel was asked (its
+                    // channel id was recorded: the payment was handed out).
+                    facts.unknown.get_or_insert(format!("{}: the attempt changed while asked", p.payment_id));
+                    continue;
+                }
             }
             match verdict {
                 Verdict::Paid { channel_txn_id, detail } => facts.successes.push(Success {
@@ -368,6 +375,12 @@ where
             }
         }
         Ok(facts)
+    }
+
+    /// Whether the fact this run concluded was recorded by someone else
+    /// first (another closer): then the conclusion stands.
+    async fn concluded_meanwhile(&self, p: &PaymentAttempt, status: PaymentStatus) -> Result<bool, Unavailable> {
+        Ok(self.store.attempt(&p.payment_id).await?.is_some_and(|now| now.status == status))
     }
 
     async fn ask_channel(&self, order: &Order, p: &PaymentAttempt, now: Timestamp) -> Verdict {

@@ -231,6 +231,22 @@ where
         mut attempt: PaymentAttempt,
     ) -> Result<(PaymentAttempt, Option<String>), UseCaseError> {
         let opened = channel.open(&attempt, self.merchant_id).await?;
+        if let Some(why) = opened.refused {
+            // Nothing exists at the channel: the attempt is over, and the
+            // buyer is told why (a new attempt would be refused the same way).
+            let evidence = Evidence {
+                at: self.clock.now(),
+                source: "channel refused to open".into(),
+                status: PaymentStatus::Failed,
+                detail: Some(why.clone()),
+            };
+            self.store.record_payment_fact(&attempt, PaymentStatus::Failed, evidence, None).await?;
+            warn!(payment_id = %attempt.payment_id, why = %why, "the channel refused to open the payment");
+            return Err(UseCaseError::unprocessable(
+                "payment_refused",
+                format!("the payment channel refused this payment: {why}"),
+            ));
+        }
         if let Some(r) = opened.channel_ref {
             if attempt.channel_ref.as_deref() != Some(r.as_str()) {
                 if self.store.record_channel_ref(&attempt, &r).await? == Cas::Rejected {
@@ -286,7 +302,11 @@ where
                         status: PaymentStatus::Failed,
                         detail: Some(detail),
                     };
-                    self.store.record_payment_fact(p, PaymentStatus::Failed, evidence, None).await?;
+                    if !self.store.record_payment_fact(p, PaymentStatus::Failed, evidence, None).await? {
+                        // The attempt changed while asked (a replay recorded
+                        // its channel id): decide again on it as it is now.
+                        return Ok(Supersede::Moved);
+                    }
                 }
                 Verdict::Unknown(why) => {
                     return Ok(Supersede::Blocked(format!(
