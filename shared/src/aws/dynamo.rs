@@ -201,6 +201,22 @@ impl Backoff {
     }
 }
 
+/// The attribute a compare-and-swap leaves on the item it wrote.
+pub const WRITE_TOKEN: &str = "write_token";
+
+/// A token no other write uses.
+fn write_token() -> String {
+    format!("{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>())
+}
+
+/// `expr` with `write_token = :write_token` added to its SET clause.
+fn with_write_token(expr: &str) -> String {
+    match expr.strip_prefix("SET ") {
+        Some(rest) => format!("SET {WRITE_TOKEN} = :write_token, {rest}"),
+        None => format!("SET {WRITE_TOKEN} = :write_token {expr}").trim_end().to_owned(),
+    }
+}
+
 /// Sends a single-item conditional write, retrying transaction conflicts.
 /// `Ok(false)`: the condition failed (with the service error, which may carry the old item).
 pub(crate) async fn send_single<T, E, R, F, Fut>(mut send: F) -> Result<Result<T, SdkError<E, R>>, SdkError<E, R>>
@@ -375,14 +391,38 @@ impl DynamoStore {
             .expression_attribute_values(":one", n(1))
     }
 
+    /// A compare-and-swap that knows its own write. Each write carries a
+    /// fresh `write_token`; when its condition fails, the item as it now
+    /// is (`ALL_OLD`) is read: if it carries this write's token, the write
+    /// was applied by an earlier send whose answer was lost (the SDK sent it
+    /// again after a timeout or a 5xx), and that is `Applied`, not somebody
+    /// else's change. (A third writer between the lost answer and the
+    /// re-send still reads as `Rejected`: then the item has moved on anyway.)
     pub(crate) async fn cas(
         &self,
         req: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
         context: &'static str,
     ) -> Result<Cas, Unavailable> {
+        let token = write_token();
+        let expr = with_write_token(req.get_update_expression().as_deref().unwrap_or_default());
+        let req = req
+            .update_expression(expr)
+            .expression_attribute_values(":write_token", s(&token))
+            .return_values_on_condition_check_failure(
+                aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
+            );
         match send_single(|| req.clone().send()).await {
             Ok(Ok(_)) => Ok(Cas::Applied),
-            Ok(Err(_)) => Ok(Cas::Rejected),
+            Ok(Err(e)) => {
+                let current = e.as_service_error().and_then(|s| match s {
+                    aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c) => {
+                        c.item()
+                    }
+                    _ => None,
+                });
+                let mine = current.and_then(|i| i.get(WRITE_TOKEN)).and_then(|v| v.as_s().ok()) == Some(&token);
+                Ok(if mine { Cas::Applied } else { Cas::Rejected })
+            }
             Err(e) => Err(Unavailable::new(context, e)),
         }
     }
@@ -1118,6 +1158,20 @@ impl DynamoStore {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod write_token_tests {
+    use super::with_write_token;
+
+    #[test]
+    fn the_write_token_joins_the_set_clause_or_makes_one() {
+        assert_eq!(with_write_token("SET a = :a REMOVE b"), "SET write_token = :write_token, a = :a REMOVE b");
+        assert_eq!(
+            with_write_token("REMOVE due_shard, due_at"),
+            "SET write_token = :write_token REMOVE due_shard, due_at"
+        );
     }
 }
 

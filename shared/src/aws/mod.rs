@@ -3,6 +3,7 @@
 pub mod due_index;
 pub mod dynamo;
 pub mod event_bus;
+pub mod lost_answers;
 pub mod payments;
 pub mod queue;
 pub mod redrive;
