@@ -4,6 +4,8 @@
 //! an operator runs it. Then the check is shown to be able to fail: one
 //! record of the finished run is changed by a direct write and the check,
 //! run again over the same scope, must exit non-zero naming a violation.
+//! A second, smaller run pays through Stripe (localstripe) and is failed
+//! the same way by a refund made at Stripe behind the system's back.
 
 use aws_sdk_dynamodb::types::AttributeValue as Av;
 use serde_json::Value;
@@ -119,6 +121,63 @@ async fn a_small_loadcheck_with_two_drills_holds_every_invariant_and_a_tampered_
     assert!(stdout.contains("VIOLATION stream_failure STREAM_FAILURE_QUEUE_URL"), "{stdout}");
     assert!(stdout.contains("shardId-e2e"), "the finding says what the message says: {stdout}");
     assert_eq!(later_code, 0, "a message sent before the scope's start is not the run's: {later_stdout}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[tokio::test]
+async fn a_small_loadcheck_paying_through_stripe_holds_every_invariant_and_a_refund_behind_its_back_fails_the_check() {
+    // The same run with the orders paying at localstripe as a buyer's
+    // Stripe.js would, and the late-success drill (its payment refunded at
+    // Stripe); the check reads every intent and refund back from Stripe.
+    let out = std::env::temp_dir().join(unique("loadcheck-stripe"));
+    let out_s = out.to_str().unwrap().to_owned();
+    let (code, stdout) = run(&[
+        "--channel",
+        "stripe",
+        "--orders",
+        "30",
+        "--rate",
+        "5",
+        "--concurrency",
+        "8",
+        "--drills",
+        "channel-not-found",
+        "--drill-share",
+        "0.1",
+        "--drain-timeout",
+        "240",
+        "--quiet",
+        "--out",
+        &out_s,
+    ]);
+    assert_eq!(code, 0, "the run must pass");
+    assert!(stdout.contains("result: PASS"), "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("drill:channel_not_found")), "{stdout}");
+    for inv in ["stripe_intent_state", "stripe_refunds", "paid_without_success", "funds_identity"] {
+        assert!(stdout.lines().any(|l| l.trim_start().starts_with(inv) && l.contains(" pass ")), "{inv}: {stdout}");
+    }
+    assert!(stdout.contains("stripe.intent.succeeded=") && stdout.contains("stripe.intent.canceled="), "{stdout}");
+    let scope_path = out.join("scope.json");
+
+    // A PAID order's charge refunded at Stripe behind the system's back:
+    // the buyer has the money back and keeps the goods, and the check must say so.
+    let csv = std::fs::read_to_string(out.join("delays.csv")).unwrap();
+    let paid = csv
+        .lines()
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .find(|fields| fields.get(2) == Some(&"PAID"))
+        .map(|fields| fields[0].to_owned())
+        .expect("a PAID order in the run");
+    let admin = Api::new().admin_order(&paid).await.body;
+    let attempt = admin["payments"].as_array().unwrap().iter().find(|p| p["payment_id"] == admin["paid_by"]).unwrap();
+    let charge = attempt["channel_txn_id"].as_str().expect("the paying attempt names its charge");
+    let (status, refund) = stripe::Stripe::new().call("POST", "/v1/refunds", &[("charge", charge)]).await;
+    assert_eq!(status, 200, "{refund}");
+    let (code, stdout) = run(&["--check", scope_path.to_str().unwrap()]);
+    assert_eq!(code, 1, "a refund at Stripe of a paying charge fails the check");
+    assert!(stdout.contains("stripe check: reading"), "the check alone reads Stripe again: {stdout}");
+    assert!(stdout.contains(&format!("VIOLATION stripe_refunds {paid}")), "{stdout}");
+    assert!(stdout.contains(&format!("VIOLATION funds_identity {paid}")), "{stdout}");
     let _ = std::fs::remove_dir_all(&out);
 }
 

@@ -159,4 +159,12 @@ impl Client {
         self.send_retried(|| Auth::Provider, "POST", "/payments/sandbox/notify", &[("X-Signature", &sig)], Some(&body))
             .await
     }
+
+    /// A Stripe webhook delivery of `body` with `signature` as its
+    /// `Stripe-Signature` header (`None`: sent without one). Retried like
+    /// Stripe retries: the endpoint dedupes on the event id.
+    pub async fn notify_stripe(&self, body: &str, signature: Option<&str>) -> Result<Reply, String> {
+        let headers: Vec<(&str, &str)> = signature.map(|s| ("Stripe-Signature", s)).into_iter().collect();
+        self.send_retried(|| Auth::Provider, "POST", "/payments/stripe/notify", &headers, Some(body)).await
+    }
 }

@@ -13,6 +13,8 @@
 //! - `report`: the summary table, the CSV and the PNG histogram.
 //! - `stack`, `verify`: the stack's outputs and the invariant check.
 //! - `subscriber`: the run's own queue on the order event bus (`relay-fails`).
+//! - `stripe`: the Stripe server (localstripe) as the buyer and the check
+//!   use it, for `--channel stripe`.
 
 mod client;
 mod place;
@@ -20,6 +22,7 @@ mod report;
 mod run;
 mod scenario;
 mod stack;
+mod stripe;
 mod subscriber;
 mod verify;
 
@@ -53,6 +56,59 @@ pub struct Args {
     /// Buyers the everyday orders spread over (each signs in once).
     #[arg(long, default_value_t = 20)]
     pub buyers: usize,
+    /// The payment channel the paying scenarios use (default: the sandbox).
+    ///
+    /// sandbox: payment entry {"channel":"sandbox"}, the sandbox's settle
+    ///   route, signed sandbox notifications.
+    /// stripe: payment entry {"channel":"stripe"} (201 with a client_secret);
+    ///   the buyer pays like Stripe.js at the stack's Stripe server
+    ///   (STRIPE_API_BASE_URL, localstripe locally): a card payment method
+    ///   (4242424242424242, or 4000000000000341, declined at confirmation),
+    ///   set on the intent, then a confirmation without parameters; Stripe's
+    ///   own payment_intent.succeeded webhook makes the order PAID.
+    ///
+    /// The scenarios with --channel stripe:
+    /// - never_paid: no attempt (even orders), or an intent whose card is
+    ///   declined and never retried (odd): CLOSED, intent canceled.
+    /// - paid_in_time, coupon_paid: paid in the window: PAID.
+    /// - settled_at_expiry: card set in time, confirmed at expire_at: PAID if
+    ///   the confirmation won, CLOSED if Stripe refused it (the close had
+    ///   cancelled the intent); never a refund.
+    /// - notified_late: paid in time, the success event sent again (signed)
+    ///   3-8 s after expire_at: answered paid or duplicate; PAID.
+    /// - notified_twice: paid, one event sent three times and a second event
+    ///   id about the same success: all duplicates after the first; PAID.
+    /// - never_notified: Stripe always sends its webhook; the closest is a
+    ///   confirmation 1 s before expire_at, so the webhook lands about when
+    ///   the close asks the intent: PAID (CLOSED if the confirmation lost).
+    /// - second_attempt: a first intent's card declined, a second attempt
+    ///   paid; the first intent was cancelled when the second opened, so
+    ///   paying it afterwards is refused by Stripe: PAID, no refund.
+    /// - forged_notifications: Stripe-Signature of another secret, stale,
+    ///   over a changed body, or missing (401 each), and a correctly signed
+    ///   event claiming a success Stripe does not have (still_open): CLOSED.
+    /// - payment_after_expiry (the late payer): payment entry after expire_at
+    ///   refused (409), and the card set in time confirmed 0.3-5 s after it:
+    ///   Stripe refuses (the close cancelled the intent: CLOSED) or, if the
+    ///   confirmation won the race, PAID; never refunded, never both.
+    /// - coupon_unpaid: card set, never confirmed: CLOSED, intent canceled.
+    /// - replayed_create: as with the sandbox.
+    /// - drill channel-not-found: fault-close-sees-no-payment- buyers (the
+    ///   close hears "no such payment" and closes without cancelling the
+    ///   intent); once CLOSED the buyer pays: CLOSED, refunded exactly once
+    ///   at Stripe. channel-timeout has no Stripe fault: skipped (said).
+    ///   The unpaid drills' orders open an intent their close must cancel.
+    ///
+    /// The check then reads each Stripe attempt's intent and its charge's
+    /// refunds back from Stripe: they are the channel's side of every
+    /// invariant, plus stripe_intent_state and stripe_refunds.
+    #[arg(long, value_enum, default_value_t = Channel::Sandbox, verbatim_doc_comment)]
+    pub channel: Channel,
+    /// Calls in flight at most to the Stripe server (localstripe is one
+    /// single-threaded process the stack's functions call too), for the
+    /// buyers' payments and the check's reads.
+    #[arg(long, default_value_t = 4)]
+    pub stripe_concurrency: usize,
     /// Fault drills to run, comma-separated (or `all`).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub drills: Vec<Drill>,
@@ -116,6 +172,14 @@ pub struct Args {
     /// after the fact, e.g. after tampering with a record on purpose.
     #[arg(long, value_name = "SCOPE_JSON")]
     pub check: Option<PathBuf>,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Channel {
+    /// The stack's sandbox channel (settle route, signed notifications).
+    Sandbox,
+    /// Stripe's PaymentIntents at the stack's Stripe server.
+    Stripe,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -36,6 +36,8 @@ pub struct RunFacts {
     /// The plan names of the order-level drills asked for: each must have
     /// planted its fault on at least one accepted order.
     pub drills_asked: Vec<&'static str>,
+    /// The paying scenarios paid through Stripe (`--channel stripe`).
+    pub stripe: bool,
 }
 
 /// Nearest-rank percentile of sorted values.
@@ -91,7 +93,7 @@ pub fn report(facts: &RunFacts, rows: &[OrderRow], verdict: Result<Verdict, Stri
         errors.extend(r.driven.errors.iter().cloned());
         // The outcome the scenario must end with, if every step was made.
         if let (Some(o), Some((statuses, refunds)), true) =
-            (&r.outcome, r.plan.expected(r.index), r.driven.errors.is_empty())
+            (&r.outcome, r.plan.expected(r.index, facts.stripe), r.driven.errors.is_empty())
         {
             let refunds_ok = match o.status.as_str() {
                 "CLOSED" if r.plan == Plan::Drill(crate::scenario::Drilled::ChannelNotFound) => o.refunds == 1,
@@ -103,6 +105,22 @@ pub fn report(facts: &RunFacts, rows: &[OrderRow], verdict: Result<Verdict, Stri
                     "{} ({}): ended {} with {} refunds, expected {statuses:?} with {refunds:?}",
                     r.plan.name(),
                     o.order_id,
+                    o.status,
+                    o.refunds
+                ));
+            }
+        }
+        // Stripe's answer to the confirmation that decided the order is
+        // its outcome: a success PAID, a refusal CLOSED, neither refunded.
+        if let (Some(o), Some(confirmed)) = (&r.outcome, r.driven.stripe_confirmed) {
+            let want = if confirmed { "PAID" } else { "CLOSED" };
+            if o.status != want || o.refunds != 0 {
+                l.wrong += 1;
+                wrong.push(format!(
+                    "{} ({}): Stripe {} the deciding confirmation, but the order ended {} with {} refunds",
+                    r.plan.name(),
+                    o.order_id,
+                    if confirmed { "succeeded" } else { "refused" },
                     o.status,
                     o.refunds
                 ));
@@ -440,6 +458,7 @@ mod tests {
             out_dir: dir.to_path_buf(),
             replays: 0,
             drills_asked,
+            stripe: false,
         }
     }
 

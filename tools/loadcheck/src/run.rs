@@ -7,9 +7,10 @@ use crate::place;
 use crate::report::{self, OrderRow, RunFacts};
 use crate::scenario::{self, Drilled, Driven, OrderPlan, Plan, Scenario, MIX};
 use crate::stack::Stack;
+use crate::stripe::StripeApi;
 use crate::subscriber;
 use crate::verify::{self, OrderOutcome, Scope};
-use crate::{Args, Drill};
+use crate::{Args, Channel, Drill};
 use futures_util::StreamExt;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rand::{Rng, SeedableRng};
@@ -104,6 +105,11 @@ fn plan_orders(args: &Args, run_id: &str, release_until: i64) -> Vec<OrderPlan> 
                 Plan::Drill(Drilled::SweepBacklog) => format!("fault-no-wakeup-{run_id}-sw{k}"),
                 Plan::Drill(Drilled::ReleaseFails) => format!("fault-release-until-{release_until}-{run_id}-{k}"),
                 Plan::Drill(Drilled::RelayFails) => format!("fault-relay-{run_id}-{k}"),
+                // Stripe's "not found" is the close's: it hears that of the
+                // payments of these buyers' orders (`shared/src/faults.rs`).
+                Plan::Drill(Drilled::ChannelNotFound) if args.channel == Channel::Stripe => {
+                    format!("fault-close-sees-no-payment-{run_id}-{k}")
+                }
                 _ => format!("lc-{run_id}-b{}", i % args.buyers.max(1)),
             };
             let coupon = match plan {
@@ -247,7 +253,62 @@ pub async fn run(mut args: Args) -> i32 {
     }
 }
 
-async fn run_inner(args: Args) -> Result<i32, String> {
+/// The Stripe server for `--channel stripe` (`None` with the sandbox), and
+/// the drills it cannot run dropped from `args`, each with a note.
+fn stripe_setup(args: &mut Args, stack: &Stack, notes: &mut Vec<String>) -> Result<Option<Arc<StripeApi>>, String> {
+    if args.channel != Channel::Stripe {
+        return Ok(None);
+    }
+    let api = StripeApi::from_stack(stack, args.stripe_concurrency).ok_or(
+        "--channel stripe needs the stack's Stripe server: STRIPE_SECRET_KEY (and STRIPE_API_BASE_URL) are not \
+         among its outputs",
+    )?;
+    if api.webhook_secret.is_none() {
+        return Err("--channel stripe needs STRIPE_WEBHOOK_SECRET (the stack's webhook signing secret)".into());
+    }
+    if args.drills.contains(&Drill::ChannelTimeout) {
+        args.drills.retain(|d| *d != Drill::ChannelTimeout);
+        let why = "channel-timeout skipped: it plants a query timeout in the sandbox channel, and Stripe \
+                   (localstripe) has no such fault";
+        println!("{why}");
+        notes.push(why.to_owned());
+    }
+    Ok(Some(Arc::new(api)))
+}
+
+/// Shows how hard the run leans on the Stripe server while it runs, and
+/// how many of the `total` orders have `acted`: the spinner's message, or a
+/// line every 15 s when the bars are hidden.
+fn stripe_progress(
+    multi: &MultiProgress,
+    api: &Arc<StripeApi>,
+    acted: Arc<std::sync::atomic::AtomicUsize>,
+    total: usize,
+) -> tokio::task::JoinHandle<()> {
+    let (api, hidden) = (api.clone(), multi.is_hidden());
+    let pb = multi.add(ProgressBar::new_spinner());
+    pb.set_style(ProgressStyle::with_template("{prefix:>10} [{elapsed_precise}] {msg}").expect("a progress template"));
+    pb.set_prefix("stripe");
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(if hidden { 15_000 } else { 500 }));
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let line = format!(
+                "{}/{total} orders acted; {}",
+                acted.load(std::sync::atomic::Ordering::Relaxed),
+                api.progress()
+            );
+            if hidden {
+                eprintln!("loadcheck stripe: {line}");
+            } else {
+                pb.set_message(line);
+            }
+        }
+    })
+}
+
+async fn run_inner(mut args: Args) -> Result<i32, String> {
     if args.place_direct && !args.drills.is_empty() {
         return Err("--place-direct is the drain benchmark's placement: unpaid orders only, without drills \
                     (the drills plant their faults through the API's buyers and payments)"
@@ -255,6 +316,8 @@ async fn run_inner(args: Args) -> Result<i32, String> {
     }
     let stack = Stack::load(&args.stack_env).await?;
     stack.export_to_env();
+    let mut drill_notes = Vec::new();
+    let stripe = stripe_setup(&mut args, &stack, &mut drill_notes)?;
     let run_id = args.run_id.clone().ok_or("no run id")?;
     let window = secs(&stack, "PAYMENT_WINDOW_SECONDS", 30);
     let grace = secs(&stack, "SWEEP_GRACE_SECONDS", 5);
@@ -284,11 +347,15 @@ async fn run_inner(args: Args) -> Result<i32, String> {
     }
     println!(
         "loadcheck run {run_id}: {} orders at {}/s (≤{} requests in flight) over {} SKUs, window {window} s; \
-         drills: {:?}",
+         channel {}; drills: {:?}",
         args.orders,
         args.rate,
         args.concurrency,
         skus.len(),
+        match &stripe {
+            Some(s) => format!("stripe at {} (≤{} calls in flight)", s.base_url(), s.concurrency),
+            None => "sandbox".to_owned(),
+        },
         args.drills
     );
     println!(
@@ -298,7 +365,6 @@ async fn run_inner(args: Args) -> Result<i32, String> {
     for (name, n) in &mix {
         println!("  {name:<26} {n:>6}");
     }
-    let mut drill_notes = Vec::new();
     let restart_emulator = args.drills.contains(&Drill::EmulatorRestart);
     if restart_emulator && stack.get_opt("PERSIST_STATE") != Some("1") {
         let why = "emulator-restart skipped: the stack was started without PERSIST_STATE=1, so ministack \
@@ -347,6 +413,8 @@ async fn run_inner(args: Args) -> Result<i32, String> {
         ProgressDrawTarget::stderr()
     });
     let t_traffic = Instant::now();
+    let acted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let stripe_ticker = stripe.as_ref().map(|api| stripe_progress(&multi, api, acted.clone(), plans.len()));
     let mut restarted_at = None;
     let (driven, last_create, restart_note) = if args.place_direct {
         let buyers: BTreeMap<String, String> = {
@@ -380,7 +448,10 @@ async fn run_inner(args: Args) -> Result<i32, String> {
         // The traffic: one task per order, started at the asked rate.
         let created_bar = bar(&multi, plans.len() as u64, "created");
         let done_bar = bar(&multi, plans.len() as u64, "acted");
-        let opts = Arc::new(scenario::DriveOptions { channel_outage: Duration::from_secs(args.channel_outage) });
+        let opts = Arc::new(scenario::DriveOptions {
+            channel_outage: Duration::from_secs(args.channel_outage),
+            stripe: stripe.clone(),
+        });
         // The emulator restart comes when half the orders are created.
         let created_count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let restart = restart_emulator.then(|| {
@@ -423,8 +494,8 @@ async fn run_inner(args: Args) -> Result<i32, String> {
         let created_at_end = Arc::new(std::sync::Mutex::new(Vec::<(usize, u64)>::new()));
         for p in plans.iter().cloned() {
             tick.tick().await;
-            let (client, opts, created_bar, done_bar) =
-                (client.clone(), opts.clone(), created_bar.clone(), done_bar.clone());
+            let (client, opts, created_bar, done_bar, acted) =
+                (client.clone(), opts.clone(), created_bar.clone(), done_bar.clone(), acted.clone());
             let ends = created_at_end.clone();
             let created_count = created_count.clone();
             let t0 = t_traffic;
@@ -436,6 +507,7 @@ async fn run_inner(args: Args) -> Result<i32, String> {
                 };
                 let d = scenario::drive(&client, &p, &opts, &on_created).await;
                 done_bar.inc(1);
+                acted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 (p.index, d)
             });
         }
@@ -573,6 +645,10 @@ async fn run_inner(args: Args) -> Result<i32, String> {
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     order_bar.finish();
+    if let (Some(ticker), Some(api)) = (stripe_ticker, &stripe) {
+        ticker.abort();
+        drill_notes.push(format!("stripe (the buyers' side, traffic and drain): {}", api.progress()));
+    }
     let mut drain_notes = Vec::new();
     if !open.is_empty() {
         drain_notes.push(format!(
@@ -605,7 +681,7 @@ async fn run_inner(args: Args) -> Result<i32, String> {
         }
         + Duration::from_secs(args.channel_outage);
     write_scope(&out_dir.join("scope.json"), &scope)?;
-    let verdict = verify::verify(&stack, &scope).await;
+    let verdict = verify::verify(&stack, &scope, args.stripe_concurrency).await;
     if let Some(sub) = relay_subscriber {
         if let Err(e) = sub.remove(&stack).await {
             eprintln!("loadcheck: {e}");
@@ -647,6 +723,7 @@ async fn run_inner(args: Args) -> Result<i32, String> {
         settled_at,
         backlog_drain,
         drill_notes: drill_notes.into_iter().chain(restart_note).collect(),
+        stripe: stripe.is_some(),
         drain_notes,
         out_dir,
         replays: rows.iter().map(|r| r.driven.replays as usize).sum(),
@@ -717,7 +794,7 @@ async fn check_only(args: &Args, scope_path: &std::path::Path) -> Result<i32, St
         scope.skus.len(),
         scope.coupons.len()
     );
-    Ok(report::verdict_only(verify::verify(&stack, &scope).await))
+    Ok(report::verdict_only(verify::verify(&stack, &scope, args.stripe_concurrency).await))
 }
 
 #[cfg(test)]

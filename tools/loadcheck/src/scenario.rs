@@ -3,9 +3,15 @@
 //! invariant check afterwards judges the records, this module only drives
 //! the traffic and notes refusals that did not come (a forged notification
 //! accepted, a payment opened after expiry, a replay that made a new order).
+//! With `--channel stripe` the paying scenarios pay through Stripe instead
+//! ([`by_stripe`]); what needs no payment is driven the same either way.
+
+mod by_stripe;
 
 use crate::client::{Auth, Client};
+use crate::stripe::StripeApi;
 use serde_json::{json, Value};
+use std::sync::Arc;
 use std::time::Duration;
 use time::OffsetDateTime;
 
@@ -136,12 +142,17 @@ impl Plan {
     /// The final statuses and refund counts the order `index` of this plan
     /// may end with, when every step of it was made (a step the stack
     /// refused or failed changes what it can end as). `None`: any outcome
-    /// the invariants allow.
-    pub fn expected(self, index: usize) -> Option<(&'static [&'static str], &'static [usize])> {
+    /// the invariants allow. `stripe`: paid through Stripe, where the
+    /// scenarios that pay at or after `expire_at` race the close's cancel
+    /// of the intent (one outcome, never a refund: see `by_stripe`).
+    pub fn expected(self, index: usize, stripe: bool) -> Option<(&'static [&'static str], &'static [usize])> {
         const PAID: &[&str] = &["PAID"];
         const CLOSED: &[&str] = &["CLOSED"];
         const NONE: &[usize] = &[0];
         match self {
+            Plan::Mix(Scenario::SettledAtExpiry | Scenario::NeverNotified | Scenario::PaymentAfterExpiry) if stripe => {
+                Some((&["PAID", "CLOSED"], NONE))
+            }
             Plan::Mix(
                 Scenario::PaidInTime
                 | Scenario::CouponPaid
@@ -196,6 +207,10 @@ pub struct Driven {
     /// could not do what it planned.
     pub errors: Vec<String>,
     pub create_ms: Option<u64>,
+    /// With Stripe: whether the confirmation that decides the order's
+    /// outcome succeeded (`true`: it must end PAID) or was refused by
+    /// Stripe (`false`: CLOSED), neither with a refund.
+    pub stripe_confirmed: Option<bool>,
 }
 
 pub const PRICE: i64 = system_tests::PRICE;
@@ -223,12 +238,18 @@ async fn sleep_until(t: OffsetDateTime) {
 struct Attempt {
     payment_id: String,
     amount: i64,
+    /// Stripe: the PaymentIntent its `client_secret` belongs to, and the
+    /// publishable key handed out beside it.
+    intent: Option<String>,
+    publishable_key: Option<String>,
 }
 
 struct Driver<'a> {
     client: &'a Client,
     on_created: &'a (dyn Fn() + Sync),
     plan: &'a OrderPlan,
+    /// The channel payment entry names (`sandbox`, `stripe`).
+    channel: &'static str,
     out: Driven,
 }
 
@@ -276,21 +297,24 @@ impl Driver<'_> {
         Some((id, expire_at, amount))
     }
 
+    fn payment_body(&self) -> String {
+        json!({"channel": self.channel}).to_string()
+    }
+
     async fn start_payment(&mut self, order_id: &str, amount: i64, key: &str) -> Option<Attempt> {
         let path = format!("/orders/{order_id}/payments");
-        let r = self
-            .client
-            .buyer_retried(
-                &self.plan.buyer,
-                "POST",
-                &path,
-                &[("Idempotency-Key", key)],
-                Some(r#"{"channel":"sandbox"}"#),
-            )
-            .await;
+        let body = self.payment_body();
+        let r =
+            self.client.buyer_retried(&self.plan.buyer, "POST", &path, &[("Idempotency-Key", key)], Some(&body)).await;
         match r {
             Ok(r) if r.status == 201 => {
-                Some(Attempt { payment_id: r.body["payment_id"].as_str().unwrap_or("").to_owned(), amount })
+                let intent = r.body["client_secret"].as_str().and_then(crate::stripe::intent_of).map(str::to_owned);
+                Some(Attempt {
+                    payment_id: r.body["payment_id"].as_str().unwrap_or("").to_owned(),
+                    amount,
+                    intent,
+                    publishable_key: r.body["publishable_key"].as_str().map(str::to_owned),
+                })
             }
             // The order may legitimately be past its window already on a
             // loaded stack; the run notes it but it is no violation.
@@ -355,6 +379,11 @@ impl Driver<'_> {
 
     async fn drive(&mut self, opts: &DriveOptions) {
         let Some((id, expire_at, amount)) = self.create().await else { return };
+        if let Some(stripe) = opts.stripe.as_deref() {
+            if self.drive_stripe(stripe, opts, &id, expire_at, amount).await {
+                return;
+            }
+        }
         let pay_key = format!("{}-pay1", self.plan.idempotency_key);
         match self.plan.plan {
             Plan::Mix(Scenario::NeverPaid | Scenario::CouponUnpaid) => {}
@@ -496,27 +525,7 @@ impl Driver<'_> {
             }
             Plan::Mix(Scenario::PaymentAfterExpiry) => {
                 sleep_until(expire_at + Duration::from_millis(300)).await;
-                let path = format!("/orders/{id}/payments");
-                match self
-                    .client
-                    .buyer_retried(
-                        &self.plan.buyer,
-                        "POST",
-                        &path,
-                        &[("Idempotency-Key", &pay_key)],
-                        Some(r#"{"channel":"sandbox"}"#),
-                    )
-                    .await
-                {
-                    Ok(r)
-                        if r.status == 409
-                            && matches!(
-                                r.body["error"]["code"].as_str(),
-                                Some("order_expired" | "order_not_payable")
-                            ) => {}
-                    Ok(r) => self.wrong(format!("a payment after expiry answered {} {}", r.status, r.body)),
-                    Err(e) => self.error(format!("payment after expiry: {e}")),
-                }
+                self.payment_after_expiry(&id, &pay_key).await;
             }
             Plan::Drill(Drilled::ChannelTimeout) => {
                 let Some(a) = self.start_payment(&id, amount, &pay_key).await else { return };
@@ -544,14 +553,33 @@ impl Driver<'_> {
     }
 }
 
+impl Driver<'_> {
+    /// A payment entry after `expire_at`: refused, whatever the channel.
+    async fn payment_after_expiry(&mut self, id: &str, key: &str) {
+        let path = format!("/orders/{id}/payments");
+        let body = self.payment_body();
+        match self.client.buyer_retried(&self.plan.buyer, "POST", &path, &[("Idempotency-Key", key)], Some(&body)).await
+        {
+            Ok(r)
+                if r.status == 409
+                    && matches!(r.body["error"]["code"].as_str(), Some("order_expired" | "order_not_payable")) => {}
+            Ok(r) => self.wrong(format!("a payment after expiry answered {} {}", r.status, r.body)),
+            Err(e) => self.error(format!("payment after expiry: {e}")),
+        }
+    }
+}
+
 pub struct DriveOptions {
     /// How long past `expire_at` a planted channel fault lasts.
     pub channel_outage: Duration,
+    /// The Stripe server, when the paying scenarios pay through Stripe.
+    pub stripe: Option<Arc<StripeApi>>,
 }
 
 /// Drives one order; `on_created` runs once its create is accepted.
 pub async fn drive(client: &Client, plan: &OrderPlan, opts: &DriveOptions, on_created: &(dyn Fn() + Sync)) -> Driven {
-    let mut d = Driver { client, plan, out: Driven::default(), on_created };
+    let channel = if opts.stripe.is_some() { "stripe" } else { "sandbox" };
+    let mut d = Driver { client, plan, channel, out: Driven::default(), on_created };
     d.drive(opts).await;
     d.out
 }

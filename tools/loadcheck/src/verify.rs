@@ -1,5 +1,6 @@
 //! The invariant check after a run (issue 9 item 1). It reads the records
-//! directly (the orders table, the sandbox ledger, the queues) and checks
+//! directly (the orders table, the sandbox ledger, the queues, and for
+//! Stripe attempts the intents and refunds at Stripe: [`at_stripe`]) and checks
 //! them on its own terms, as raw attributes, without the domain crate's
 //! decoding or the reconcile use case's logic, so that a bug there cannot
 //! hide a violation here; then it runs reconciliation too and requires it
@@ -7,6 +8,8 @@
 //!
 //! The checks ([`check`]) are a pure function of what was read, so each one
 //! is unit-tested by planting its violation into a clean set of records.
+
+mod at_stripe;
 
 use crate::stack::Stack;
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -105,7 +108,7 @@ pub struct Verdict {
 
 /// Every invariant [`verify`] checks, for the summary's pass/fail table
 /// (an invariant with no violation passed).
-pub const INVARIANTS: [(&str, &str); 25] = [
+pub const INVARIANTS: [(&str, &str); 27] = [
     ("order_missing", "every accepted order exists"),
     ("not_final", "every order ends PAID or CLOSED (none open, none CLOSING)"),
     ("open_past_bound", "no order open (still, or before it became final) past expire_at + the sweep's bound"),
@@ -149,6 +152,16 @@ pub const INVARIANTS: [(&str, &str); 25] = [
     ("reconcile", "reconciliation reports nothing about the run's orders and SKUs"),
     ("ledger_unknown_order", "no channel payment names an order of the run that has no attempt for it"),
     ("record_undecodable", "every record of the run has the attributes its kind needs"),
+    (
+        "stripe_intent_state",
+        "each Stripe attempt's intent carries its ids and amount, is succeeded iff it paid the order or was \
+         refunded, canceled otherwise, none left payable",
+    ),
+    (
+        "stripe_refunds",
+        "at Stripe each charge has at most one refund, succeeded and in full, the one our record names; the \
+         paying charge none",
+    ),
 ];
 
 /// The records of one order, as stored.
@@ -173,6 +186,9 @@ pub struct Records {
     pub coupons: BTreeMap<String, Option<Value>>,
     /// Ledger rows whose `order_id` is an order of the run.
     pub ledger: Vec<Value>,
+    /// The run's Stripe attempts as found at Stripe (their intents and
+    /// refunds): the Stripe channel's rows.
+    pub stripe: Vec<at_stripe::StripeFact>,
     /// Every message seen on the stack's dead-letter queues.
     pub dead_letters: Vec<DeadLetter>,
     /// Each dead-letter queue's depth when it was read.
@@ -189,6 +205,7 @@ impl Default for Records {
             stocks: BTreeMap::new(),
             coupons: BTreeMap::new(),
             ledger: Vec::new(),
+            stripe: Vec::new(),
             dead_letters: Vec::new(),
             dlq_depths: BTreeMap::new(),
             delivered_events: Ok(Vec::new()),
@@ -208,12 +225,14 @@ pub struct DeadLetter {
 
 /// Checks every invariant over the run's records. Call it after the drain
 /// (every order final, every effect settled), or it reports what is not.
-pub async fn verify(stack: &Stack, scope: &Scope) -> Result<Verdict, String> {
+/// `stripe_concurrency` bounds the calls to the Stripe server.
+pub async fn verify(stack: &Stack, scope: &Scope, stripe_concurrency: usize) -> Result<Verdict, String> {
     if let Some(problem) = scope_problem(scope) {
         return Err(problem);
     }
     let now = OffsetDateTime::now_utc();
     let mut records = load(stack, scope).await?;
+    records.stripe = at_stripe::read(stack, &records.orders, stripe_concurrency).await?;
     (records.dead_letters, records.dlq_depths) = dead_letters(stack).await?;
     records.delivered_events = delivered_events(stack, scope).await;
     let mut verdict = check(&records, scope, now);
@@ -333,9 +352,10 @@ pub fn check(records: &Records, scope: &Scope, now: OffsetDateTime) -> Verdict {
     let mut held: BTreeMap<String, (i64, i64)> = BTreeMap::new();
     // Per coupon: the orders whose lock of it is USED.
     let mut used_by: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    // Ledger rows by order.
+    // Ledger rows by order: the sandbox's, and Stripe's figures as rows.
+    let stripe_rows = at_stripe::ledger_rows(&records.stripe);
     let mut ledger: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
-    for row in &records.ledger {
+    for row in records.ledger.iter().chain(&stripe_rows) {
         ledger.entry(row["order_id"].as_str().unwrap_or_default()).or_default().push(row);
     }
 
@@ -643,6 +663,7 @@ pub fn check(records: &Records, scope: &Scope, now: OffsetDateTime) -> Verdict {
 
     check_dead_letters(records, scope, &mut flag, &mut counts);
     check_final_events(records, scope, &mut flag, &mut counts, &mut skipped);
+    at_stripe::check(&records.orders, &records.stripe, &mut flag, &mut counts, &mut skipped);
 
     v.orders = outcomes;
     v.counts = counts;
@@ -1048,7 +1069,7 @@ mod tests {
     /// A clean run: `paid` (coupon c1, paid by p1, 2 of sku A), `late`
     /// (closed, its late payment p2 refunded, 1 of A), `never` (closed,
     /// never paid, 1 of B, coupon c2 returned).
-    fn clean() -> (Records, Scope) {
+    pub(super) fn clean() -> (Records, Scope) {
         let mut r = Records::default();
         r.orders.insert(
             "paid".into(),
@@ -1130,7 +1151,7 @@ mod tests {
         (r, scope)
     }
 
-    fn at(t: &str) -> OffsetDateTime {
+    pub(super) fn at(t: &str) -> OffsetDateTime {
         OffsetDateTime::parse(t, &Rfc3339).unwrap()
     }
 
@@ -1150,12 +1171,12 @@ mod tests {
         .to_string()
     }
 
-    fn now() -> OffsetDateTime {
+    pub(super) fn now() -> OffsetDateTime {
         OffsetDateTime::parse("2026-11-30T10:10:00Z", &Rfc3339).unwrap()
     }
 
     /// The invariants `records` breaks, sorted and deduplicated.
-    fn broken(r: &Records, scope: &Scope) -> Vec<&'static str> {
+    pub(super) fn broken(r: &Records, scope: &Scope) -> Vec<&'static str> {
         let set: BTreeSet<&'static str> = check(r, scope, now()).violations.iter().map(|v| v.invariant).collect();
         set.into_iter().collect()
     }
@@ -1186,6 +1207,8 @@ mod tests {
         let code = &src[src
             .find("// ---------------------------------------------------------------- checking")
             .unwrap()..src.find("#[cfg(test)]").unwrap()];
+        let stripe = include_str!("verify/at_stripe.rs");
+        let code = format!("{code}{}", &stripe[..stripe.find("#[cfg(test)]").unwrap()]);
         for (name, _) in INVARIANTS {
             assert!(code.contains(&format!("\"{name}\"")), "{name} is never reported");
         }
