@@ -144,8 +144,12 @@ async fn stripe_should_retry_false_and_a_client_error_are_not_retried() {
     let (url, log) = serve(vec![no_retry]);
     assert!(channel(&url).open(&attempt(None, None), "m").await.is_err());
     assert_eq!(seen(&log).len(), 1, "Stripe said not to retry");
+    // A 400 on the create is Stripe refusing the request itself: not
+    // retried, and told as a refusal (nothing was created), not an outage.
     let (url, log) = serve(vec![status(400, "error_unexpected_state")]);
-    assert!(channel(&url).open(&attempt(None, None), "m").await.is_err());
+    let opened = channel(&url).open(&attempt(None, None), "m").await.unwrap();
+    assert!(opened.refused.as_deref().is_some_and(|r| r.contains("You cannot cancel")), "{opened:?}");
+    assert!(opened.channel_ref.is_none() && opened.client_secret.is_none());
     assert_eq!(seen(&log).len(), 1);
     let retry = Answer { status: 400, headers: vec![("Stripe-Should-Retry", "true")], body: fixture("error_api") };
     let (url, log) = serve(vec![retry, ok("intent_requires_payment_method")]);
