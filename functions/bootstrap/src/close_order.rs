@@ -5,9 +5,13 @@ use lambda_runtime::{service_fn, Error, LambdaEvent};
 use order_core::aws::queue::SqsCloseReminders;
 use order_core::aws::{dynamo::DynamoStore, env, seconds_env};
 use order_core::channels::ConfiguredChannel;
-use order_core::handlers::{batch::each_sqs_message, close::close_message};
+use order_core::handlers::batch::{each_sqs_message_within, invocation_deadline};
+use order_core::handlers::close::close_message_until;
 use order_core::ports::SystemClock;
 use order_core::usecases::close_order::{CloseOrder, DEFAULT_CLOSE_BUDGET};
+
+/// Time kept back from the invocation's deadline for the batch response.
+const INVOCATION_MARGIN: std::time::Duration = std::time::Duration::from_millis(1500);
 
 pub async fn run(config: &SdkConfig) -> Result<(), Error> {
     let dynamo = aws_sdk_dynamodb::Client::new(config);
@@ -24,9 +28,12 @@ pub async fn run(config: &SdkConfig) -> Result<(), Error> {
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         let owner = event.context.request_id.clone();
         let owner = &owner;
+        // The batch shares one invocation: each message gets its share of
+        // what is left before Lambda's deadline (less a margin to answer).
+        let deadline = invocation_deadline(event.context.deadline, INVOCATION_MARGIN);
         Ok::<_, Error>(
-            each_sqs_message(event.payload, |m| async move {
-                close_message(uc, owner, m.body.as_deref().unwrap_or("")).await
+            each_sqs_message_within(event.payload, deadline, |m, until| async move {
+                close_message_until(uc, owner, m.body.as_deref().unwrap_or(""), Some(until)).await
             })
             .await,
         )

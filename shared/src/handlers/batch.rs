@@ -98,6 +98,59 @@ where
     response
 }
 
+/// The least time a message is started with: less than this left in the
+/// invocation, and the message is handed back to its queue unstarted.
+pub const MIN_MESSAGE_SHARE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// As [`each_sqs_message`], inside the invocation's own time: each message
+/// gets a fair share of what is left before `deadline` (the Lambda
+/// context's, less a margin), at least [`MIN_MESSAGE_SHARE`], handed to `f`
+/// as its deadline, so one slow message (a channel in a brownout) cannot
+/// spend the time of the others. Once less than that least share is left,
+/// the messages not started are reported as failures and come back after
+/// the queue's visibility timeout, instead of being killed with the whole
+/// batch when Lambda's timeout ends the invocation.
+pub async fn each_sqs_message_within<F, Fut, E>(
+    event: SqsEvent,
+    deadline: std::time::Instant,
+    mut f: F,
+) -> SqsBatchResponse
+where
+    F: FnMut(SqsMessage, std::time::Instant) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    let mut response = SqsBatchResponse::default();
+    let count = event.records.len();
+    for (i, message) in event.records.into_iter().enumerate() {
+        let id = message.message_id.clone().unwrap_or_default();
+        let now = std::time::Instant::now();
+        let left = deadline.saturating_duration_since(now);
+        let outcome = if left < MIN_MESSAGE_SHARE {
+            Err(format!("not started: {} ms left in the invocation for {} messages", left.as_millis(), count - i))
+        } else {
+            let share = (left / (count - i) as u32).max(MIN_MESSAGE_SHARE);
+            f(message, now + share).await.map_err(|e| e.to_string())
+        };
+        if let Err(e) = outcome {
+            error!(message_id = %id, error = %e, "message failed; will be retried");
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = id;
+            response.batch_item_failures.push(failure);
+        }
+    }
+    response
+}
+
+/// The instant of a Lambda context's deadline (milliseconds since the
+/// epoch), less `margin` for the answer itself.
+pub fn invocation_deadline(deadline_epoch_ms: u64, margin: std::time::Duration) -> std::time::Instant {
+    let now_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let left = std::time::Duration::from_millis(deadline_epoch_ms.saturating_sub(now_ms));
+    std::time::Instant::now() + left.saturating_sub(margin)
+}
+
 /// Decodes a stream image (new or old) into a domain record. A record that
 /// does not decode now never will: the failure is permanent.
 pub fn decode_image<T: serde::de::DeserializeOwned>(image: serde_dynamo::Item) -> Result<T, RecordError> {

@@ -17,6 +17,22 @@ where
     C: PaymentChannel,
     Q: CloseReminders,
 {
+    close_message_until(uc, owner, body, None).await
+}
+
+/// As [`close_message`], with the channel cut off at `until` (the
+/// message's share of the invocation).
+pub async fn close_message_until<S, C, Q>(
+    uc: &CloseOrder<S, C, Q>,
+    owner: &str,
+    body: &str,
+    until: Option<std::time::Instant>,
+) -> Result<(), String>
+where
+    S: OrderStore + PaymentStore,
+    C: PaymentChannel,
+    Q: CloseReminders,
+{
     let msg: CloseMessage = match serde_json::from_str(body) {
         Ok(m) => m,
         Err(e) => {
@@ -27,7 +43,7 @@ where
     };
     let trigger = msg.trigger.as_deref().unwrap_or("unknown");
     let span = tracing::info_span!("close_message", trigger);
-    let outcome = uc.close(&msg.order_id, owner).instrument(span).await.map_err(|e| e.to_string())?;
+    let outcome = uc.close_until(&msg.order_id, owner, until).instrument(span).await.map_err(|e| e.to_string())?;
     // The one event per close outcome: the order, who sent the reminder
     // (schedule, reminder, sweep, lazy, operator) and what came of it.
     tracing::info!(order_id = %msg.order_id, trigger, outcome = crate::usecases::force_check::outcome_name(&outcome), detail = ?outcome, "close reminder handled");

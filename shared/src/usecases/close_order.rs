@@ -97,6 +97,20 @@ struct Success {
     evidence: Evidence,
 }
 
+/// How long a close run may go on: its own budget on the clock, and, in a
+/// batch, the real instant its share of the invocation ends.
+#[derive(Debug, Clone, Copy)]
+struct RunBudget {
+    at: Timestamp,
+    until: Option<std::time::Instant>,
+}
+
+impl RunBudget {
+    fn spent(&self, now: Timestamp) -> bool {
+        now >= self.at || self.until.is_some_and(|u| std::time::Instant::now() >= u)
+    }
+}
+
 /// The channel's verdict on one attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -112,9 +126,23 @@ where
     Q: CloseReminders,
 {
     /// `owner` identifies this closer in the lease (the Lambda request id).
-    #[instrument(skip_all, fields(order_id = %order_id))]
     pub async fn close(&self, order_id: &OrderId, owner: &str) -> Result<CloseOutcome, Unavailable> {
-        let deadline = self.clock.now().plus(self.budget);
+        self.close_until(order_id, owner, None).await
+    }
+
+    /// As [`Self::close`], with the channel's questions cut off at `until`
+    /// (this message's share of the invocation's time, see
+    /// `handlers::batch::each_sqs_message_within`): a question not answered
+    /// by then is unknown, so the order is held and asked again later,
+    /// rather than the invocation running out with the whole batch.
+    #[instrument(skip_all, fields(order_id = %order_id))]
+    pub async fn close_until(
+        &self,
+        order_id: &OrderId,
+        owner: &str,
+        until: Option<std::time::Instant>,
+    ) -> Result<CloseOutcome, Unavailable> {
+        let deadline = RunBudget { at: self.clock.now().plus(self.budget), until };
         // A rejected compare-and-swap means someone else moved the order;
         // re-read and decide again. A handful of rounds is plenty: every
         // round that fails does so because the order made progress.
@@ -205,7 +233,7 @@ where
 
     /// Holding CLOSING: establish the money facts and converge. `None`
     /// means the order moved under us and the caller should re-read.
-    async fn decide_with_facts(&self, order: Order, deadline: Timestamp) -> Result<Option<CloseOutcome>, Unavailable> {
+    async fn decide_with_facts(&self, order: Order, deadline: RunBudget) -> Result<Option<CloseOutcome>, Unavailable> {
         let record = self
             .store
             .order_record(&order.order_id)
@@ -311,13 +339,13 @@ where
         &self,
         order: &Order,
         payments: &[PaymentAttempt],
-        deadline: Timestamp,
+        deadline: RunBudget,
     ) -> Result<Facts, Unavailable> {
         let mut facts = Facts::default();
         for p in payments {
             let now = self.clock.now();
             let needs_channel = matches!(p.status, PaymentStatus::Processing | PaymentStatus::Unknown);
-            if needs_channel && now >= deadline {
+            if needs_channel && deadline.spent(now) {
                 // Out of time for this run: what is not asked yet is
                 // unknown, so the order is held (nothing released) and the
                 // next run asks again.
@@ -334,7 +362,7 @@ where
                     },
                     None => Verdict::Unknown("a recorded success without a channel transaction id".into()),
                 },
-                PaymentStatus::Processing | PaymentStatus::Unknown => self.ask_channel(order, p, now).await,
+                PaymentStatus::Processing | PaymentStatus::Unknown => self.ask_channel(order, p, now, deadline).await,
             };
             let (status, detail) = match &verdict {
                 Verdict::Paid { detail, .. } => (PaymentStatus::Succeeded, detail.clone()),
@@ -383,12 +411,20 @@ where
         Ok(self.store.attempt(&p.payment_id).await?.is_some_and(|now| now.status == status))
     }
 
-    async fn ask_channel(&self, order: &Order, p: &PaymentAttempt, now: Timestamp) -> Verdict {
+    async fn ask_channel(&self, order: &Order, p: &PaymentAttempt, now: Timestamp, budget: RunBudget) -> Verdict {
         if crate::faults::active().close_sees_no_payment(order.user_id.as_str()) {
             warn!(payment_id = %p.payment_id, "fault injection: the channel answers that it has no such payment");
             return verdict_of(Ok(ChannelPayment::NotFound), p, now, self.not_found_grace);
         }
-        channel_verdict(&self.channel, p, now, self.not_found_grace).await
+        let asked = channel_verdict(&self.channel, p, now, self.not_found_grace);
+        let Some(until) = budget.until else { return asked.await };
+        match tokio::time::timeout(until.saturating_duration_since(std::time::Instant::now()), asked).await {
+            Ok(verdict) => verdict,
+            Err(_) => {
+                metrics::CLOSE_BUDGET_SPENT.count(1);
+                Verdict::Unknown("the channel did not answer within this run's share of the invocation".into())
+            }
+        }
     }
 }
 
