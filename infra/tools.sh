@@ -37,53 +37,32 @@ for bin in "$PYTHON" npm java cargo; do
   command -v "$bin" >/dev/null || die "'$bin' not found on PATH"
 done
 
-# ---- Python venv -----------------------------------------------------------
-REQ="infra/requirements.txt"
-want="$(sha256sum "$REQ" | cut -c1-16)"
-stamp=".venv/.tools-stamp"
-if [[ -x .venv/bin/python && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-  say ".venv up to date"
-else
+# ---- Python venvs -----------------------------------------------------------
+# venv DIR REQUIREMENTS CHECK_BIN: DIR holds REQUIREMENTS (pinned), installed
+# again only when the file changes (its hash is DIR's stamp) or CHECK_BIN
+# (a program the venv must have) is missing.
+venv() {
+  local dir="$1" req="$2" check="$3" want stamp t0
+  want="$(sha256sum "$req" | cut -c1-16)"
+  stamp="$dir/.tools-stamp"
+  if [[ -x "$dir/bin/$check" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    say "$dir up to date"
+    return 0
+  fi
   t0=$SECONDS
-  [[ -x .venv/bin/python ]] || { say "creating .venv"; "$PYTHON" -m venv .venv; }
-  say "installing $(grep -vc '^#' "$REQ") pinned packages into .venv"
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$REQ"
+  [[ -x "$dir/bin/python" ]] || { say "creating $dir"; "$PYTHON" -m venv "$dir"; }
+  say "installing $(grep -cv '^\s*#' "$req") pinned packages of $req into $dir"
+  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req"
   echo "$want" > "$stamp"
-  say ".venv ready in $((SECONDS - t0))s"
-fi
+  say "$dir ready in $((SECONDS - t0))s"
+}
 
-# ---- checkov --------------------------------------------------------------
-# A venv of its own: checkov pins boto3 to a version that conflicts with the
-# boto3 pin of infra/requirements.txt.
-REQ_CK="infra/requirements-checkov.txt"
-want="$(sha256sum "$REQ_CK" | cut -c1-16)"
-stamp=".venv-checkov/.tools-stamp"
-if [[ -x .venv-checkov/bin/checkov && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-  say ".venv-checkov up to date"
-else
-  t0=$SECONDS
-  [[ -x .venv-checkov/bin/python ]] || { say "creating .venv-checkov"; "$PYTHON" -m venv .venv-checkov; }
-  say "installing checkov into .venv-checkov"
-  .venv-checkov/bin/python -m pip install --quiet --disable-pip-version-check -r "$REQ_CK"
-  echo "$want" > "$stamp"
-  say ".venv-checkov ready in $((SECONDS - t0))s"
-fi
-
-# ---- localstripe ------------------------------------------------------------
-# Its own venv: localstripe pins aiohttp, which ministack's venv must not get.
-REQ_LS="infra/requirements-localstripe.txt"
-want="$(sha256sum "$REQ_LS" | cut -c1-16)"
-stamp=".venv-localstripe/.tools-stamp"
-if [[ -x .venv-localstripe/bin/python && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-  say ".venv-localstripe up to date"
-else
-  t0=$SECONDS
-  [[ -x .venv-localstripe/bin/python ]] || { say "creating .venv-localstripe"; "$PYTHON" -m venv .venv-localstripe; }
-  say "installing localstripe into .venv-localstripe"
-  .venv-localstripe/bin/python -m pip install --quiet --disable-pip-version-check -r "$REQ_LS"
-  echo "$want" > "$stamp"
-  say ".venv-localstripe ready in $((SECONDS - t0))s"
-fi
+venv .venv infra/requirements.txt python
+# Venvs of their own: checkov pins boto3 to a version that conflicts with
+# the boto3 pin of infra/requirements.txt, and localstripe pins aiohttp,
+# which ministack's venv must not get.
+venv .venv-checkov infra/requirements-checkov.txt checkov
+venv .venv-localstripe infra/requirements-localstripe.txt python
 
 # ---- DynamoDB Local ----------------------------------------------------------
 DDB_DIR=".tools/dynamodb-local"
