@@ -19,10 +19,6 @@ pub struct ConfiguredChannel {
 }
 
 impl ConfiguredChannel {
-    pub fn new(sandbox: Option<SandboxChannel>, stripe: Option<StripeChannel>) -> Self {
-        Self { sandbox, stripe }
-    }
-
     /// Reads the environment (and, for Stripe, its key from SSM) once at
     /// cold start. A Stripe setting that is refused fails the init, naming it.
     pub async fn load(

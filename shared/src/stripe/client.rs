@@ -113,10 +113,6 @@ impl StripeClient {
         Self { http, base: base.into().trim_end_matches('/').to_owned(), key }
     }
 
-    pub fn base_url(&self) -> &str {
-        &self.base
-    }
-
     /// `GET {path}?{query}`.
     pub async fn get<T: DeserializeOwned>(
         &self,
