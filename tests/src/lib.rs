@@ -445,6 +445,24 @@ pub async fn invoke(function: &str, payload: &Value) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|_| panic!("invoke {function}: not JSON: {text}"))
 }
 
+/// Runs reconciliation on the deployed stack and returns its report.
+pub async fn reconcile() -> Value {
+    let report = invoke(&stack_env("RECONCILE_FUNCTION_NAME"), &serde_json::json!({})).await;
+    assert!(report["counts"].is_object(), "reconcile answered {report}");
+    report
+}
+
+/// The discrepancy kinds a reconcile report names for `order_id`.
+pub fn reconcile_kinds(report: &Value, order_id: &str) -> std::collections::BTreeSet<String> {
+    report["discrepancies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["order_id"] == order_id)
+        .map(|d| d["kind"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// A unique suffix for names created by one test.
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{:x}", rand::random::<u64>())

@@ -5,7 +5,6 @@
 use aws_sdk_dynamodb::types::AttributeValue as Av;
 use order_core::signature;
 use serde_json::{json, Value};
-use std::collections::HashSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use system_tests::*;
 
@@ -356,24 +355,7 @@ async fn payment_entry_is_refused_after_expiry_and_on_final_orders() {
 /// identity holds and the records agree with the channel.
 async fn assert_reconciled(order_id: &str) {
     let report = reconcile().await;
-    assert!(kinds_for(&report, order_id).is_empty(), "{order_id}: {report}");
-}
-
-/// Runs reconciliation on the deployed stack.
-async fn reconcile() -> Value {
-    let report = invoke(&stack_env("RECONCILE_FUNCTION_NAME"), &json!({})).await;
-    assert!(report["counts"].is_object(), "reconcile answered {report}");
-    report
-}
-
-fn kinds_for(report: &Value, order_id: &str) -> HashSet<String> {
-    report["discrepancies"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|d| d["order_id"] == order_id)
-        .map(|d| d["kind"].as_str().unwrap().to_owned())
-        .collect()
+    assert!(reconcile_kinds(&report, order_id).is_empty(), "{order_id}: {report}");
 }
 
 #[tokio::test]
@@ -463,7 +445,7 @@ async fn pay_and_close_racing_on_many_orders_converge_with_every_invariant_held(
     // Reconciliation finds nothing for any of them: the funds identity holds.
     let report = reconcile().await;
     for (id, _, _) in &orders {
-        assert!(kinds_for(&report, id).is_empty(), "{id}: {report}");
+        assert!(reconcile_kinds(&report, id).is_empty(), "{id}: {report}");
     }
 }
 
@@ -547,10 +529,10 @@ async fn reconciliation_reports_every_planted_discrepancy_and_nothing_for_clean_
         (&after_close.order_id, "funds_identity_violation"),
     ];
     for (order, kind) in expect {
-        assert!(kinds_for(&report, order).contains(kind), "{kind} not reported for {order}: {report}");
+        assert!(reconcile_kinds(&report, order).contains(kind), "{kind} not reported for {order}: {report}");
         assert!(report["counts"][kind].as_u64().unwrap() >= 1);
     }
     for clean in [&clean_paid.order_id, &clean_closed.order_id] {
-        assert!(kinds_for(&report, clean).is_empty(), "clean order {clean} reported: {report}");
+        assert!(reconcile_kinds(&report, clean).is_empty(), "clean order {clean} reported: {report}");
     }
 }
