@@ -36,6 +36,8 @@ pub struct UndecodableRow {
 pub struct TableSnapshot {
     pub orders: Vec<OrderRecord>,
     pub stocks: Vec<Stock>,
+    /// Every operator change of every SKU (their audit records).
+    pub stock_changes: Vec<StockChangeRecord>,
     pub undecodable: Vec<UndecodableRow>,
 }
 
@@ -190,21 +192,6 @@ pub trait OrderStore: Send + Sync {
         now: Timestamp,
     ) -> Result<Moved<CouponLockStatus>, Unavailable>;
 
-    /// Creates a SKU with its available count and catalog price, only if it
-    /// does not exist yet: a live SKU's count is never overwritten blindly
-    /// while orders hold reservations.
-    async fn seed_stock(&self, sku: &Sku, available: i64, price: &Price) -> Result<Cas, Unavailable>;
-    /// Sets a live SKU's available count, only if it is still `expected`
-    /// (a compare-and-swap for operators adjusting live stock).
-    async fn swap_stock(&self, sku: &Sku, available: i64, expected: i64) -> Result<Cas, Unavailable>;
-    /// Adds `delta` (may be negative) to an existing SKU's available count,
-    /// conditional on the result staying `>= 0`. Rejected when the SKU does
-    /// not exist or the count would go negative.
-    async fn adjust_stock(&self, sku: &Sku, delta: i64) -> Result<Cas, Unavailable>;
-    /// Sets an existing SKU's catalog price and currency; counts untouched.
-    /// Rejected when the SKU does not exist. Orders already written keep
-    /// the prices on their lines.
-    async fn set_price(&self, sku: &Sku, price: &Price) -> Result<Cas, Unavailable>;
     async fn stock(&self, sku: &Sku) -> Result<Option<Stock>, Unavailable>;
     /// The stock records of `skus` (strongly consistent), for the catalog
     /// prices; a SKU that does not exist is absent from the answer.
@@ -415,4 +402,33 @@ pub trait DueIndex: Send + Sync {
     async fn sweep_cursors(&self) -> Result<SweepCursors, Unavailable>;
     /// Stores `cursors` if the stored version is still `cursors.version`.
     async fn save_sweep_cursors(&self, cursors: &SweepCursors) -> Result<Cas, Unavailable>;
+}
+
+/// What became of an operator's stock change ([`StockLedger::change_stock`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StockWritten {
+    /// The change and its record were written.
+    Applied,
+    /// A change with this idempotency key was applied before (by an
+    /// earlier request, or by this one whose answer was lost): its record.
+    KeyUsed(StockChangeRecord),
+    /// The SKU is not at the version the change was planned from, or no
+    /// longer allows it: the SKU as it is now (`None`: it does not exist).
+    Moved(Option<Stock>),
+}
+
+/// Operators' changes of the catalog, each written with its audit record
+/// (see [`crate::domain::catalog`]).
+#[async_trait]
+pub trait StockLedger: Send + Sync {
+    /// Writes `change` (planned by [`crate::domain::catalog::plan`] from
+    /// the SKU as read) and its record in one transaction: a seed only if
+    /// the SKU does not exist, any other change only if the SKU is still at
+    /// version `change.seq - 1` and, for an adjustment, `available` still
+    /// allows it; the record only if its key was never used for the SKU.
+    async fn change_stock(&self, change: &StockChangeRecord) -> Result<StockWritten, Unavailable>;
+    /// The record of the change made with `key`, if there was one.
+    async fn stock_change(&self, sku: &Sku, key: &IdempotencyKey) -> Result<Option<StockChangeRecord>, Unavailable>;
+    /// Every change of the SKU, oldest first.
+    async fn stock_changes(&self, sku: &Sku) -> Result<Vec<StockChangeRecord>, Unavailable>;
 }

@@ -49,7 +49,7 @@ impl World {
     async fn new() -> Self {
         let meter = Meter::default();
         let store = fresh_table(&metered_client(&meter).await).await;
-        store.seed_stock(&Sku::parse("A").unwrap(), 1_000, &eur(100)).await.unwrap();
+        system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 1_000, &eur(100)).await.unwrap();
         meter.take();
         let raw = DynamoStore::new(system_tests::dynamodb_local().await, store.table());
         Self { store, raw, meter, clock: FixedClock::at(T0), channel: ScriptedChannel::default() }

@@ -129,7 +129,7 @@ async fn table(meter: &Meter, skus: &[String]) -> (DynamoStore, aws_sdk_dynamodb
     let client = metered_client(meter).await;
     let store = fresh_table(&client).await;
     for sku in skus {
-        store.seed_stock(&Sku::parse(sku).unwrap(), STOCK_PER_SKU, &eur(100)).await.unwrap();
+        system_tests::fixtures::seed_stock(&store, &Sku::parse(sku).unwrap(), STOCK_PER_SKU, &eur(100)).await.unwrap();
     }
     (store, client)
 }

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue as Av, PutRequest, WriteRequest};
 use order_core::domain::*;
 use order_core::ports::*;
-use order_core::store::OrderStore;
+
 use order_core::usecases::create_order::CreateOrder;
 use order_core::usecases::sweep::{sweep, SweepConfig};
 use serde_json::json;
@@ -112,7 +112,7 @@ async fn main() {
     // Bulk writes go through an unmetered client: they are the set-up.
     let raw = dynamodb_local().await;
     let table = store.table().to_owned();
-    store.seed_stock(&Sku::parse("A").unwrap(), 1_000, &eur(100)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 1_000, &eur(100)).await.unwrap();
     let clock = FixedClock::at(T0);
     let create = CreateOrder {
         store: store.clone(),

@@ -876,8 +876,28 @@ pub fn validate_event(event: &Value) {
 
 /// Builders of domain records for the store and use-case tests.
 pub mod fixtures {
+    use order_core::aws::dynamo::DynamoStore;
     use order_core::domain::*;
-    use order_core::store::{Coupon, PaymentAttempt};
+    use order_core::ports::{RandomIds, SystemClock};
+    use order_core::store::{Coupon, PaymentAttempt, Stock};
+    use order_core::usecases::queries::{self, StockChange, StockRequest};
+    use order_core::usecases::UseCaseError;
+
+    /// Seeds a SKU as an operator does (the audited use case), so that
+    /// reconciliation finds its record.
+    pub async fn seed_stock(
+        store: &DynamoStore,
+        sku: &Sku,
+        available: i64,
+        price: &Price,
+    ) -> Result<Stock, UseCaseError> {
+        let req = StockRequest {
+            change: StockChange::Seed { available, price: price.clone() },
+            key: None,
+            by: "tests".into(),
+        };
+        Ok(queries::put_stock(store, &SystemClock, &RandomIds, sku, req).await?.stock)
+    }
 
     /// An AVAILABLE, returnable coupon of `user` valid until `valid_until`.
     pub fn available_coupon(id: &str, user: &str, valid_until: Timestamp) -> Coupon {

@@ -90,7 +90,7 @@ struct World {
 impl World {
     async fn new() -> Self {
         let store = fresh_table(&dynamodb_local().await).await;
-        store.seed_stock(&sku("A"), 10, &eur(100)).await.unwrap();
+        system_tests::fixtures::seed_stock(&store, &sku("A"), 10, &eur(100)).await.unwrap();
         Self { store, clock: FixedClock::at(T0), channel: Ledger::default() }
     }
 
@@ -257,11 +257,15 @@ async fn a_non_returnable_coupon_ends_void_with_a_reason_when_its_order_closes_u
 
 // ------------------------------------------------------------------ stock
 
+/// PUT /admin/skus/{sku} without an Idempotency-Key, as the handler calls it.
+async fn put_stock(store: &DynamoStore, sku: &str, body: &[u8]) -> Result<serde_json::Value, ApiError> {
+    requests::put_stock(store, &SystemClock, &RandomIds, sku, None, "tests".into(), body).await.map(|(v, _)| v)
+}
+
 #[tokio::test]
 async fn a_blind_stock_set_of_a_live_sku_is_refused_and_changes_nothing() {
     let w = World::new().await;
-    let seeded =
-        requests::put_stock(&w.store, "NEW", br#"{"available": 5, "price": 1299, "currency": "EUR"}"#).await.unwrap();
+    let seeded = put_stock(&w.store, "NEW", br#"{"available": 5, "price": 1299, "currency": "EUR"}"#).await.unwrap();
     assert_eq!(
         seeded,
         json!({"sku": "NEW", "available": 5, "reserved": 0, "sold": 0, "price": 1299, "currency": "EUR"})
@@ -271,13 +275,13 @@ async fn a_blind_stock_set_of_a_live_sku_is_refused_and_changes_nothing() {
     assert_eq!((before["available"].as_i64(), before["reserved"].as_i64()), (Some(8), Some(2)));
 
     let blind = br#"{"available": 100, "price": 1, "currency": "EUR"}"#;
-    let refused = requests::put_stock(&w.store, "A", blind).await;
+    let refused = put_stock(&w.store, "A", blind).await;
     let msg = message(refused);
     assert!(msg.contains("if_available") && msg.contains("adjust"), "names what to send: {msg}");
-    assert_eq!(code(requests::put_stock(&w.store, "A", blind).await), "stock_exists");
+    assert_eq!(code(put_stock(&w.store, "A", blind).await), "stock_exists");
     // Without a price it is not a seed at all.
-    let bare = requests::put_stock(&w.store, "A", br#"{"available": 100}"#).await;
-    assert_eq!(code(requests::put_stock(&w.store, "A", br#"{"available": 100}"#).await), "invalid_request");
+    let bare = put_stock(&w.store, "A", br#"{"available": 100}"#).await;
+    assert_eq!(code(put_stock(&w.store, "A", br#"{"available": 100}"#).await), "invalid_request");
     assert!(message(bare).contains("price and currency are required"));
     assert_eq!(requests::get_stock(&w.store, "A").await.unwrap(), before, "nothing written");
 }
@@ -286,18 +290,15 @@ async fn a_blind_stock_set_of_a_live_sku_is_refused_and_changes_nothing() {
 async fn live_stock_changes_by_compare_and_swap_or_by_a_relative_adjustment() {
     let w = World::new().await;
     w.order(None).await.unwrap();
-    let after = requests::put_stock(&w.store, "A", br#"{"adjust": -3}"#).await.unwrap();
+    let after = put_stock(&w.store, "A", br#"{"adjust": -3}"#).await.unwrap();
     assert_eq!((after["available"].as_i64(), after["reserved"].as_i64()), (Some(5), Some(2)));
-    assert_eq!(code(requests::put_stock(&w.store, "A", br#"{"adjust": -6}"#).await), "insufficient_stock");
-    assert_eq!(
-        code(requests::put_stock(&w.store, "A", br#"{"available": 9, "if_available": 8}"#).await),
-        "stock_changed"
-    );
-    let swapped = requests::put_stock(&w.store, "A", br#"{"available": 9, "if_available": 5}"#).await.unwrap();
+    assert_eq!(code(put_stock(&w.store, "A", br#"{"adjust": -6}"#).await), "insufficient_stock");
+    assert_eq!(code(put_stock(&w.store, "A", br#"{"available": 9, "if_available": 8}"#).await), "stock_changed");
+    let swapped = put_stock(&w.store, "A", br#"{"available": 9, "if_available": 5}"#).await.unwrap();
     assert_eq!(swapped["available"], 9);
-    assert_eq!(code(requests::put_stock(&w.store, "NONE", br#"{"adjust": 1}"#).await), "not_found");
+    assert_eq!(code(put_stock(&w.store, "NONE", br#"{"adjust": 1}"#).await), "not_found");
     for bad in [&br#"{"available": 1, "adjust": 1}"#[..], br#"{"adjust": 0}"#, br#"{"if_available": 1}"#, b"{}"] {
-        assert_eq!(code(requests::put_stock(&w.store, "A", bad).await), "invalid_request");
+        assert_eq!(code(put_stock(&w.store, "A", bad).await), "invalid_request");
     }
     assert_eq!(requests::get_stock(&w.store, "A").await.unwrap()["available"], 9);
 }
@@ -309,7 +310,7 @@ async fn a_price_change_touches_only_the_catalog_price_and_never_an_open_order()
     let before = requests::get_stock(&w.store, "A").await.unwrap();
     assert_eq!((before["price"].as_i64(), before["currency"].as_str()), (Some(100), Some("EUR")));
 
-    let after = requests::put_stock(&w.store, "A", br#"{"price": 150, "currency": "EUR"}"#).await.unwrap();
+    let after = put_stock(&w.store, "A", br#"{"price": 150, "currency": "EUR"}"#).await.unwrap();
     assert_eq!(
         after,
         json!({"sku": "A", "available": 8, "reserved": 2, "sold": 0, "price": 150, "currency": "EUR"}),
@@ -321,7 +322,7 @@ async fn a_price_change_touches_only_the_catalog_price_and_never_an_open_order()
     assert_eq!(kept.version, open.version);
 
     // A price alone never creates a SKU.
-    let missing = requests::put_stock(&w.store, "NONE", br#"{"price": 150, "currency": "EUR"}"#).await;
+    let missing = put_stock(&w.store, "NONE", br#"{"price": 150, "currency": "EUR"}"#).await;
     assert_eq!(code(missing), "not_found");
     assert_eq!(w.store.stock(&sku("NONE")).await.unwrap(), None, "nothing written");
 
@@ -332,7 +333,7 @@ async fn a_price_change_touches_only_the_catalog_price_and_never_an_open_order()
         (br#"{"price": 150, "currency": "euro"}"#, "currency"),
         (br#"{"price": 150, "currency": "EUR", "adjust": 1}"#, "adjust"),
     ] {
-        let m = message(requests::put_stock(&w.store, "A", bad).await);
+        let m = message(put_stock(&w.store, "A", bad).await);
         assert!(m.contains(names), "{}: {m}", String::from_utf8_lossy(bad));
     }
     assert_eq!(requests::get_stock(&w.store, "A").await.unwrap(), after, "the refusals wrote nothing");

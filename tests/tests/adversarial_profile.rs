@@ -215,7 +215,7 @@ async fn ddb_oidc_subjects_keep_keys_and_coupons_per_buyer() {
         expiry_rule_version: "w".into(),
     };
     let sku = Sku::parse("A").unwrap();
-    store.seed_stock(&sku, 10, &eur(250)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku, 10, &eur(250)).await.unwrap();
     let jo = UserId::parse("auth0|jo@example.com").unwrap();
     let look_alike = UserId::parse("auth0|jo").unwrap();
     let c = available_coupon("C1", jo.as_str(), Timestamp::from_unix_millis(T0 + 86_400_000));

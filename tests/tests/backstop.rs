@@ -66,7 +66,7 @@ impl World {
     }
 
     async fn with_store(store: DynamoStore) -> Self {
-        store.seed_stock(&Sku::parse("A").unwrap(), 1_000, &eur(100)).await.unwrap();
+        system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 1_000, &eur(100)).await.unwrap();
         Self { store, clock: FixedClock::at(T0), channel: Default::default(), reminders: Default::default() }
     }
 

@@ -31,7 +31,7 @@ impl World {
     async fn new() -> Self {
         let store = fresh_table(&dynamodb_local().await).await;
         for sku in ["A", "B"] {
-            store.seed_stock(&Sku::parse(sku).unwrap(), 10, &eur(100)).await.unwrap();
+            system_tests::fixtures::seed_stock(&store, &Sku::parse(sku).unwrap(), 10, &eur(100)).await.unwrap();
         }
         Self { store, clock: FixedClock::at(T0) }
     }

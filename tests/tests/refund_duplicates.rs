@@ -24,7 +24,7 @@ const T0: i64 = 1_800_000_000_000;
 /// success arrived for it. Returns the store and the refund as created.
 async fn pending_refund(clock: &FixedClock) -> (DynamoStore, Refund) {
     let store = fresh_table(&dynamodb_local().await).await;
-    store.seed_stock(&Sku::parse("A").unwrap(), 10, &eur(100)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 10, &eur(100)).await.unwrap();
     let create = CreateOrder {
         store: store.clone(),
         clock: Box::new(clock.clone()),

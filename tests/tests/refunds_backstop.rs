@@ -22,7 +22,7 @@ const T0: i64 = 1_800_000_000_000;
 /// and a success for its payment arrived afterwards.
 async fn late_refund(clock: &FixedClock) -> (DynamoStore, Refund) {
     let store = fresh_table(&dynamodb_local().await).await;
-    store.seed_stock(&Sku::parse("A").unwrap(), 10, &eur(100)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 10, &eur(100)).await.unwrap();
     let create = CreateOrder {
         store: store.clone(),
         clock: Box::new(clock.clone()),

@@ -7,6 +7,7 @@ use order_core::domain::*;
 use order_core::ports::*;
 use order_core::store::*;
 use order_core::usecases::create_order::CreateOrder;
+use order_core::usecases::queries::{self, StockChange, StockRequest};
 use serde_json::json;
 use std::time::Duration;
 use system_tests::fakes::FixedClock;
@@ -33,6 +34,16 @@ fn creator(store: &DynamoStore, clock: &FixedClock) -> CreateOrder<DynamoStore> 
 
 fn sku(s: &str) -> Sku {
     Sku::parse(s).unwrap()
+}
+
+/// An operator's change of a SKU through its use case: the SKU after it,
+/// or the refusal's code.
+async fn operator(store: &DynamoStore, s: &str, change: StockChange) -> Result<Stock, String> {
+    let req = StockRequest { change, key: None, by: "tests".into() };
+    queries::put_stock(store, &SystemClock, &RandomIds, &sku(s), req)
+        .await
+        .map(|done| done.stock)
+        .map_err(|e| e.code().to_owned())
 }
 
 async fn create(store: &DynamoStore, clock: &FixedClock, key: &str, body: serde_json::Value) -> Result<Order, String> {
@@ -70,8 +81,8 @@ async fn coupon(store: &DynamoStore, id: &str, user: &str, valid_until_ms: i64) 
 async fn create_order_writes_order_reservations_coupon_lock_and_stock_in_one_transaction() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.seed_stock(&sku("A"), 5, &eur(250)).await.unwrap();
-    store.seed_stock(&sku("B"), 1, &eur(250)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku("A"), 5, &eur(250)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku("B"), 1, &eur(250)).await.unwrap();
     coupon(&store, "C1", "u1", T0 + 86_400_000).await;
 
     let order = create(&store, &clock, "k1", body("u1", &[("A", 2), ("B", 1)], Some("C1"))).await.unwrap();
@@ -94,8 +105,8 @@ async fn create_order_writes_order_reservations_coupon_lock_and_stock_in_one_tra
 async fn out_of_stock_on_any_line_writes_nothing_and_names_the_sku() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.seed_stock(&sku("A"), 5, &eur(250)).await.unwrap();
-    store.seed_stock(&sku("B"), 1, &eur(250)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku("A"), 5, &eur(250)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku("B"), 1, &eur(250)).await.unwrap();
     coupon(&store, "C1", "u1", T0 + 86_400_000).await;
     let before = item_count(&store).await;
 
@@ -146,7 +157,7 @@ async fn out_of_stock_on_any_line_writes_nothing_and_names_the_sku() {
 async fn a_coupon_of_another_user_expired_or_locked_is_refused_and_nothing_is_written() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.seed_stock(&sku("A"), 10, &eur(250)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku("A"), 10, &eur(250)).await.unwrap();
     coupon(&store, "MINE", "u1", T0 + 86_400_000).await;
     coupon(&store, "OLD", "u1", T0 - 1).await;
     let before = item_count(&store).await;
@@ -171,7 +182,7 @@ async fn a_coupon_of_another_user_expired_or_locked_is_refused_and_nothing_is_wr
 async fn an_idempotency_key_replays_the_same_order_and_refuses_a_different_body() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.seed_stock(&sku("A"), 10, &eur(250)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku("A"), 10, &eur(250)).await.unwrap();
     let uc = creator(&store, &clock);
     let b = body("u1", &[("A", 1)], None).to_string();
     let first = uc.execute_as_named(Some("key-1"), b.as_bytes()).await.unwrap();
@@ -190,7 +201,11 @@ async fn an_idempotency_key_replays_the_same_order_and_refuses_a_different_body(
 }
 
 async fn open_order(store: &DynamoStore, clock: &FixedClock) -> Order {
-    store.seed_stock(&sku("A"), 100, &eur(250)).await.unwrap();
+    // Seeded by the first order of a test; later ones find it.
+    match system_tests::fixtures::seed_stock(store, &sku("A"), 100, &eur(250)).await {
+        Err(e) if e.code() == "stock_exists" => {}
+        seeded => drop(seeded.unwrap()),
+    }
     create(store, clock, &format!("k{}", rand::random::<u32>()), body("u1", &[("A", 2)], None)).await.unwrap()
 }
 
@@ -353,7 +368,7 @@ async fn a_reservation_is_released_once_and_a_confirmed_one_never() {
 async fn a_coupon_lock_ends_once_available_or_expired_with_its_reason() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.seed_stock(&sku("A"), 10, &eur(250)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku("A"), 10, &eur(250)).await.unwrap();
     coupon(&store, "C1", "u1", T0 + 86_400_000).await;
     let order = create(&store, &clock, "k", body("u1", &[("A", 1)], Some("C1"))).await.unwrap();
     let cid = CouponId::parse("C1").unwrap();
@@ -551,12 +566,15 @@ async fn a_refund_moves_once_from_pending() {
 async fn an_expected_stock_count_makes_the_update_a_compare_and_swap() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.seed_stock(&sku("S"), 5, &eur(250)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku("S"), 5, &eur(250)).await.unwrap();
     // An order reserves a unit after the operator read "5".
     create(&store, &clock, "s1", body("u", &[("S", 1)], None)).await.unwrap();
-    assert_eq!(store.swap_stock(&sku("S"), 15, 5).await.unwrap(), Cas::Rejected);
+    assert_eq!(
+        operator(&store, "S", StockChange::Swap { available: 15, expected: 5 }).await.unwrap_err(),
+        "stock_changed"
+    );
     assert_eq!(stock(&store, "S").await, (4, 1), "the stale restock changed nothing");
-    assert_eq!(store.swap_stock(&sku("S"), 14, 4).await.unwrap(), Cas::Applied);
+    operator(&store, "S", StockChange::Swap { available: 14, expected: 4 }).await.unwrap();
     assert_eq!(stock(&store, "S").await, (14, 1), "reserved is never touched");
 }
 
@@ -564,7 +582,7 @@ async fn an_expected_stock_count_makes_the_update_a_compare_and_swap() {
 async fn concurrent_orders_on_one_sku_never_oversell() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.seed_stock(&sku("HOT"), 10, &eur(250)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku("HOT"), 10, &eur(250)).await.unwrap();
     let results = futures::future::join_all((0..20).map(|i| {
         let (store, clock) = (store.clone(), clock.clone());
         async move { create(&store, &clock, &format!("c{i}"), body(&format!("u{i}"), &[("HOT", 1)], None)).await }
@@ -587,8 +605,8 @@ fn unguarded(user: &str, lines: &[(&str, u32)]) -> serde_json::Value {
 async fn an_order_takes_the_catalog_price_and_keeps_it_when_the_catalog_changes() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.seed_stock(&sku("A"), 10, &eur(250)).await.unwrap();
-    store.seed_stock(&sku("B"), 10, &eur(1299)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku("A"), 10, &eur(250)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku("B"), 10, &eur(1299)).await.unwrap();
 
     // No price in the request: the catalog's is used.
     let first = create(&store, &clock, "p1", unguarded("u1", &[("A", 2), ("B", 1)])).await.unwrap();
@@ -596,7 +614,7 @@ async fn an_order_takes_the_catalog_price_and_keeps_it_when_the_catalog_changes(
     assert_eq!(prices, [("A", 250), ("B", 1299)]);
     assert_eq!(first.amount_total, 1799);
 
-    assert_eq!(store.set_price(&sku("A"), &eur(300)).await.unwrap(), Cas::Applied);
+    operator(&store, "A", StockChange::Reprice(eur(300))).await.unwrap();
     assert_eq!(stock(&store, "A").await, (8, 2), "a price change leaves the counts alone");
     let kept = store.order_record(&first.order_id).await.unwrap().unwrap().order;
     assert_eq!(
@@ -613,7 +631,7 @@ async fn an_order_takes_the_catalog_price_and_keeps_it_when_the_catalog_changes(
 async fn a_price_the_buyer_was_shown_that_is_not_the_catalog_price_is_refused_and_writes_nothing() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.seed_stock(&sku("A"), 10, &eur(300)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku("A"), 10, &eur(300)).await.unwrap();
     let before = item_count(&store).await;
 
     // `body` sends 250 as the price shown; the catalog says 300.
@@ -626,7 +644,7 @@ async fn a_price_the_buyer_was_shown_that_is_not_the_catalog_price_is_refused_an
     assert_eq!(stock(&store, "A").await, (10, 0));
 
     // The buyer is shown the new price; the same key now creates the order.
-    store.set_price(&sku("A"), &eur(250)).await.unwrap();
+    operator(&store, "A", StockChange::Reprice(eur(250))).await.unwrap();
     let order = create(&store, &clock, "g1", guarded).await.unwrap();
     assert_eq!(order.amount_total, 250);
 }
@@ -636,8 +654,8 @@ async fn a_sku_in_another_currency_or_without_a_price_is_refused_and_writes_noth
     let store = store().await;
     let clock = FixedClock::at(T0);
     let usd = Price::new(250, Currency::parse("USD").unwrap()).unwrap();
-    store.seed_stock(&sku("A"), 10, &eur(250)).await.unwrap();
-    store.seed_stock(&sku("US"), 10, &usd).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku("A"), 10, &eur(250)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku("US"), 10, &usd).await.unwrap();
     // A stock row written before prices lived in the catalog.
     store
         .client()
@@ -671,7 +689,7 @@ async fn a_sku_in_another_currency_or_without_a_price_is_refused_and_writes_noth
     assert_eq!((stock(&store, "A").await, stock(&store, "OLD").await), ((10, 0), (10, 0)));
 
     // Once priced, the old SKU sells.
-    store.set_price(&sku("OLD"), &eur(40)).await.unwrap();
+    operator(&store, "OLD", StockChange::Reprice(eur(40))).await.unwrap();
     assert_eq!(create(&store, &clock, "c2", unguarded("u1", &[("OLD", 1)])).await.unwrap().amount_total, 40);
 }
 
@@ -679,8 +697,8 @@ async fn a_sku_in_another_currency_or_without_a_price_is_refused_and_writes_noth
 async fn the_create_transaction_is_conditional_on_the_catalog_price_of_each_line() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.seed_stock(&sku("A"), 5, &eur(250)).await.unwrap();
-    store.seed_stock(&sku("B"), 1, &eur(250)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku("A"), 5, &eur(250)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku("B"), 1, &eur(250)).await.unwrap();
     let before = item_count(&store).await;
     let order_with = |lines: Vec<(&str, u32, i64)>, currency: &str| Order {
         order_id: OrderId::parse(format!("ord_{}", rand::random::<u32>())).unwrap(),
@@ -803,24 +821,12 @@ impl OrderStore for RepricedAfterRead {
     ) -> Result<Moved<CouponLockStatus>, Unavailable> {
         self.inner.end_coupon_lock(id, c, to, reason, now).await
     }
-    async fn seed_stock(&self, s: &Sku, available: i64, price: &Price) -> Result<Cas, Unavailable> {
-        self.inner.seed_stock(s, available, price).await
-    }
-    async fn swap_stock(&self, s: &Sku, available: i64, expected: i64) -> Result<Cas, Unavailable> {
-        self.inner.swap_stock(s, available, expected).await
-    }
-    async fn adjust_stock(&self, s: &Sku, delta: i64) -> Result<Cas, Unavailable> {
-        self.inner.adjust_stock(s, delta).await
-    }
-    async fn set_price(&self, s: &Sku, price: &Price) -> Result<Cas, Unavailable> {
-        self.inner.set_price(s, price).await
-    }
     async fn stock(&self, s: &Sku) -> Result<Option<Stock>, Unavailable> {
         self.inner.stock(s).await
     }
     async fn stocks(&self, skus: &[Sku]) -> Result<Vec<Stock>, Unavailable> {
         let read = self.inner.stocks(skus).await?;
-        assert_eq!(self.inner.set_price(&self.sku, &self.to).await?, Cas::Applied);
+        operator(&self.inner, self.sku.as_str(), StockChange::Reprice(self.to.clone())).await.expect("repriced");
         Ok(read)
     }
     async fn put_coupon(&self, c: &Coupon) -> Result<PutCoupon, Unavailable> {
@@ -835,8 +841,8 @@ impl OrderStore for RepricedAfterRead {
 async fn a_price_change_between_the_catalog_read_and_the_write_refuses_the_order_and_writes_nothing() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.seed_stock(&sku("A"), 5, &eur(250)).await.unwrap();
-    store.seed_stock(&sku("B"), 5, &eur(100)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku("A"), 5, &eur(250)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku("B"), 5, &eur(100)).await.unwrap();
     let before = item_count(&store).await;
     let racing = CreateOrder {
         store: RepricedAfterRead { inner: store.clone(), sku: sku("B"), to: eur(120) },
@@ -849,7 +855,8 @@ async fn a_price_change_between_the_catalog_read_and_the_write_refuses_the_order
     let err = racing.execute_as_named(Some("r1"), b.as_bytes()).await.unwrap_err();
     assert_eq!(err.code(), "price_changed");
     assert!(err.to_string().contains("sku B") && err.to_string().contains("120 EUR"), "{err}");
-    assert_eq!(item_count(&store).await, before, "nothing written");
+    // The one new item is the price change's own audit record.
+    assert_eq!(item_count(&store).await, before + 1, "nothing written by the order");
     assert_eq!((stock(&store, "A").await, stock(&store, "B").await), ((5, 0), (5, 0)));
 
     // Sent again, the order is priced from the catalog as it is now.
@@ -861,10 +868,10 @@ async fn a_price_change_between_the_catalog_read_and_the_write_refuses_the_order
 async fn a_retry_after_a_price_change_replays_the_order_instead_of_refusing_it() {
     let store = store().await;
     let clock = FixedClock::at(T0);
-    store.seed_stock(&sku("A"), 5, &eur(250)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku("A"), 5, &eur(250)).await.unwrap();
     // The buyer was shown 250; the order is created, the answer is lost.
     let first = create(&store, &clock, "lost", body("u1", &[("A", 1)], None)).await.unwrap();
-    store.set_price(&sku("A"), &eur(300)).await.unwrap();
+    operator(&store, "A", StockChange::Reprice(eur(300))).await.unwrap();
     // The client retries the same request: its guard is stale now, but it
     // gets its order back rather than a refusal that would lead to a second.
     let b = body("u1", &[("A", 1)], None).to_string();

@@ -246,7 +246,7 @@ async fn a_processing_intent_holds_its_order_until_it_resolves_and_then_the_orde
     const T0: i64 = 1_796_150_000_000;
     let store = system_tests::fresh_table(&system_tests::dynamodb_local().await).await;
     let sku = Sku::parse("S").unwrap();
-    store.seed_stock(&sku, 5, &system_tests::fixtures::eur(2599)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku, 5, &system_tests::fixtures::eur(2599)).await.unwrap();
     let clock = FixedClock::at(T0);
     let create = CreateOrder {
         store: store.clone(),

@@ -62,7 +62,7 @@ struct World {
 async fn world(window: Duration, price: i64) -> World {
     let store = system_tests::fresh_table(&system_tests::dynamodb_local().await).await;
     let sku = Sku::parse(format!("ATK{}", rand::random::<u32>())).unwrap();
-    store.seed_stock(&sku, 5, &system_tests::fixtures::eur(price)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &sku, 5, &system_tests::fixtures::eur(price)).await.unwrap();
     let t0 = now_ms();
     let clock = FixedClock::at(t0);
     let create = CreateOrder {

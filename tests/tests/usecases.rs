@@ -30,7 +30,7 @@ struct World {
 impl World {
     async fn new() -> Self {
         let store = fresh_table(&dynamodb_local().await).await;
-        store.seed_stock(&Sku::parse("A").unwrap(), 10, &eur(100)).await.unwrap();
+        system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 10, &eur(100)).await.unwrap();
         Self { store, clock: FixedClock::at(T0), channel: Default::default(), reminders: Default::default() }
     }
 

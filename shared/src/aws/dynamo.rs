@@ -83,6 +83,11 @@ pub mod keys {
         format!("SKU#{s}")
     }
     pub const STOCK_SK: &str = "STOCK";
+    /// An operator's change of the SKU, by its idempotency key.
+    pub fn stock_change_sk(k: &IdempotencyKey) -> String {
+        format!("{STOCK_CHANGE_PREFIX}{k}")
+    }
+    pub const STOCK_CHANGE_PREFIX: &str = "CHANGE#";
     pub fn coupon(c: &CouponId) -> String {
         format!("COUPON#{c}")
     }
@@ -131,7 +136,7 @@ pub(crate) fn key(pk: String, sk: &str) -> Item {
     HashMap::from([("pk".to_owned(), s(pk)), ("sk".to_owned(), s(sk))])
 }
 
-fn unavailable<E>(context: &'static str) -> impl FnOnce(E) -> Unavailable
+pub(crate) fn unavailable<E>(context: &'static str) -> impl FnOnce(E) -> Unavailable
 where
     E: std::error::Error + Send + Sync + 'static,
 {
@@ -238,11 +243,11 @@ where
     }
 }
 
-fn to_item<T: serde::Serialize>(v: &T) -> Item {
+pub(crate) fn to_item<T: serde::Serialize>(v: &T) -> Item {
     serde_dynamo::to_item(v).expect("domain records serialise to DynamoDB items")
 }
 
-fn from_item<T: serde::de::DeserializeOwned>(item: Item, what: &'static str) -> Result<T, Unavailable> {
+pub(crate) fn from_item<T: serde::de::DeserializeOwned>(item: Item, what: &'static str) -> Result<T, Unavailable> {
     serde_dynamo::from_item(item).map_err(unavailable(what))
 }
 
@@ -951,69 +956,6 @@ impl OrderStore for DynamoStore {
                 }
             }
         }
-    }
-
-    async fn seed_stock(&self, sku: &Sku, available: i64, price: &Price) -> Result<Cas, Unavailable> {
-        let req = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key(keys::sku(sku), keys::STOCK_SK)))
-            .update_expression(
-                "SET available = :a, reserved = :zero, sold = :zero, sku = :sku, entity = :e, \
-                 price = :price, currency = :currency",
-            )
-            // Only a SKU that does not exist yet may be set blindly.
-            .condition_expression("attribute_not_exists(pk)")
-            .expression_attribute_values(":a", n(available))
-            .expression_attribute_values(":zero", n(0))
-            .expression_attribute_values(":sku", s(sku.as_str()))
-            .expression_attribute_values(":e", s("STOCK"))
-            .expression_attribute_values(":price", n(price.amount))
-            .expression_attribute_values(":currency", s(price.currency.as_str()));
-        self.cas(req, "seed stock").await
-    }
-
-    async fn swap_stock(&self, sku: &Sku, available: i64, expected: i64) -> Result<Cas, Unavailable> {
-        let req = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key(keys::sku(sku), keys::STOCK_SK)))
-            .update_expression("SET available = :a")
-            .condition_expression("attribute_exists(pk) AND available = :was")
-            .expression_attribute_values(":a", n(available))
-            .expression_attribute_values(":was", n(expected));
-        self.cas(req, "swap stock").await
-    }
-
-    async fn adjust_stock(&self, sku: &Sku, delta: i64) -> Result<Cas, Unavailable> {
-        // Condition expressions have no arithmetic: `available + delta >= 0`
-        // is written as `available >= -delta`.
-        let req = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key(keys::sku(sku), keys::STOCK_SK)))
-            .update_expression("SET available = available + :d")
-            .condition_expression("attribute_exists(pk) AND available >= :min")
-            .expression_attribute_values(":d", n(delta))
-            .expression_attribute_values(":min", n(delta.saturating_neg().max(0)));
-        self.cas(req, "adjust stock").await
-    }
-
-    async fn set_price(&self, sku: &Sku, price: &Price) -> Result<Cas, Unavailable> {
-        let req = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key(keys::sku(sku), keys::STOCK_SK)))
-            .update_expression("SET price = :price, currency = :currency")
-            // A price alone never creates a SKU: stock is seeded with its count.
-            .condition_expression("attribute_exists(pk)")
-            .expression_attribute_values(":price", n(price.amount))
-            .expression_attribute_values(":currency", s(price.currency.as_str()));
-        self.cas(req, "set price").await
     }
 
     async fn stock(&self, sku: &Sku) -> Result<Option<Stock>, Unavailable> {

@@ -1,5 +1,6 @@
 //! AWS adapters: the only code that touches the SDK.
 
+pub mod catalog;
 pub mod due_index;
 pub mod dynamo;
 pub mod event_bus;

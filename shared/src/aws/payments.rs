@@ -520,10 +520,13 @@ impl PaymentStore for DynamoStore {
                 .client()
                 .scan()
                 .table_name(self.table())
-                .filter_expression("begins_with(pk, :o) OR (begins_with(pk, :sku) AND sk = :stock)")
+                .filter_expression(
+                    "begins_with(pk, :o) OR (begins_with(pk, :sku) AND (sk = :stock OR begins_with(sk, :change)))",
+                )
                 .expression_attribute_values(":o", s("ORDER#"))
                 .expression_attribute_values(":sku", s("SKU#"))
                 .expression_attribute_values(":stock", s(keys::STOCK_SK))
+                .expression_attribute_values(":change", s(keys::STOCK_CHANGE_PREFIX))
                 .consistent_read(true)
                 .set_exclusive_start_key(start.take())
                 .send()
@@ -531,7 +534,12 @@ impl PaymentStore for DynamoStore {
                 .map_err(|e| Unavailable::new("scan for reconciliation", e))?;
             for item in out.items.unwrap_or_default() {
                 let pk = row_key(&item, "pk");
-                if pk.starts_with("SKU#") {
+                if pk.starts_with("SKU#") && row_key(&item, "sk").starts_with(keys::STOCK_CHANGE_PREFIX) {
+                    match serde_dynamo::from_item::<_, StockChangeRecord>(item.clone()) {
+                        Ok(change) => snapshot.stock_changes.push(change),
+                        Err(e) => snapshot.undecodable.push(undecodable(&item, &e)),
+                    }
+                } else if pk.starts_with("SKU#") {
                     match serde_dynamo::from_item::<_, Stock>(item.clone()) {
                         Ok(stock) => snapshot.stocks.push(stock),
                         Err(e) => snapshot.undecodable.push(undecodable(&item, &e)),

@@ -5,6 +5,7 @@
 //! other services see (`events`). Nothing here knows about AWS; every transition is a function from
 //! a state and an event to the next state or a typed refusal.
 
+pub mod catalog;
 pub mod coupon;
 pub mod events;
 pub mod ids;
@@ -16,6 +17,7 @@ pub mod refund;
 pub mod reservation;
 pub mod time;
 
+pub use catalog::{StockChange, StockChangeKind, StockChangeRecord};
 pub use coupon::{CouponLockEvent, CouponLockStatus, CouponState};
 pub use ids::{ChannelName, CouponId, IdempotencyKey, OrderId, PaymentId, Sku, UserId};
 pub use money::{Currency, Price};

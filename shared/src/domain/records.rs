@@ -78,6 +78,15 @@ pub struct Stock {
     pub price: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub currency: Option<Currency>,
+    /// `available + reserved + sold` as the operators' changes set it
+    /// (orders only move units between the three): reconciliation checks
+    /// the counts and the audit records against it ([`super::catalog`]).
+    #[serde(default)]
+    pub supplied: i64,
+    /// The sequence number of the last operator change (0: none recorded,
+    /// a SKU seeded before changes were audited).
+    #[serde(default)]
+    pub changes: u64,
 }
 
 impl Stock {

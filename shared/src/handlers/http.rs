@@ -83,6 +83,28 @@ async fn start_payment(app: &OrderApi, req: &Request) -> Response<Body> {
     }
 }
 
+/// PUT /admin/skus/{sku}
+async fn put_stock(app: &OrderApi, req: &Request) -> Response<Body> {
+    let changed = match idempotency_key(req) {
+        Ok(key) => {
+            let (clock, ids) = (app.clock.as_ref(), app.ids.as_ref());
+            let (sku, by) = (path_param(req, "sku"), caller_identity(req));
+            requests::put_stock(&app.store, clock, ids, &sku, key, by, body_bytes(req)).await
+        }
+        Err(e) => Err(e),
+    };
+    match changed {
+        Ok((stock, replayed)) => {
+            let mut resp = json_response(200, &stock);
+            if replayed {
+                resp.headers_mut().insert("idempotent-replayed", "true".parse().expect("valid header"));
+            }
+            resp
+        }
+        Err(e) => error_response(&e),
+    }
+}
+
 /// GET /orders/{order_id}, POST /orders/{order_id}/payments and the /admin routes.
 pub async fn order_api(app: &OrderApi, req: Request) -> Response<Body> {
     if let Err(e) = within_body_limit(&req) {
@@ -114,7 +136,7 @@ pub async fn order_api(app: &OrderApi, req: Request) -> Response<Body> {
                 .map(|v| (200, v))
         }
         "POST /orders/{order_id}/payments" => return start_payment(app, &req).await,
-        "PUT /admin/skus/{sku}" => requests::put_stock(store, &path_param(&req, "sku"), body).await.map(|v| (200, v)),
+        "PUT /admin/skus/{sku}" => return put_stock(app, &req).await,
         "GET /admin/skus/{sku}" => requests::get_stock(store, &path_param(&req, "sku")).await.map(|v| (200, v)),
         "PUT /admin/coupons/{coupon_id}" => {
             requests::put_coupon(store, &path_param(&req, "coupon_id"), body).await.map(|v| (200, v))

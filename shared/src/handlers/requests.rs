@@ -9,8 +9,8 @@ use super::views;
 use crate::domain::money::{line_total, MAX_AMOUNT};
 use crate::domain::*;
 use crate::error::{json_object, ApiError};
-use crate::ports::{Clock, CloseReminders, PaymentChannel};
-use crate::store::{OrderStore, PaymentStore};
+use crate::ports::{Clock, CloseReminders, IdGen, PaymentChannel};
+use crate::store::{OrderStore, PaymentStore, StockLedger};
 use crate::usecases::close_order::CloseOrder;
 use crate::usecases::create_order::{CreateOrder, CreateOrderRequest, Created, RequestLine, MAX_LINES, MAX_QTY};
 use crate::usecases::order_reads::Reader;
@@ -291,11 +291,24 @@ impl StockChange {
     }
 }
 
-/// PUT /admin/skus/{sku}: the SKU, then the body, then the use case.
-pub async fn put_stock<S: OrderStore>(store: &S, sku: &str, body: &[u8]) -> Result<Value, ApiError> {
+/// PUT /admin/skus/{sku}: the SKU, the `Idempotency-Key` (optional), then
+/// the body, then the use case. The answer is the SKU as it is now, and
+/// whether the key's change had been made before (a replay).
+pub async fn put_stock<S: OrderStore + StockLedger>(
+    store: &S,
+    clock: &dyn Clock,
+    ids: &dyn IdGen,
+    sku: &str,
+    idempotency_key: Option<&str>,
+    by: String,
+    body: &[u8],
+) -> Result<(Value, bool), ApiError> {
     let sku = Sku::parse(sku).map_err(|e| ApiError::invalid(e.0))?;
+    let key = idempotency_key.map(|k| IdempotencyKey::parse(k).map_err(|e| ApiError::invalid(e.0))).transpose()?;
     let change = StockChange::parse(body)?;
-    Ok(views::stock(&queries::put_stock(store, &sku, change).await?))
+    let req = queries::StockRequest { change, key, by };
+    let done = queries::put_stock(store, clock, ids, &sku, req).await?;
+    Ok((views::stock(&done.stock), done.replayed))
 }
 
 /// GET /admin/skus/{sku}; an id that cannot exist is simply not found.
@@ -371,6 +384,8 @@ mod tests {
             sold: 0,
             price: price.map(|p| p.0),
             currency: price.map(|p| Currency::parse(p.1).unwrap()),
+            supplied: 10,
+            changes: 1,
         }
     }
 

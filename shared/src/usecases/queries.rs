@@ -2,26 +2,42 @@
 //! coupons. Typed in, typed out; the HTTP forms are in
 //! [`crate::handlers::requests`].
 
+use crate::domain::catalog::{self, StockRefusal};
 use crate::domain::*;
-use crate::store::{Cas, Coupon, OrderStore, PutCoupon, Stock};
+use crate::ports::{Clock, IdGen, Unavailable};
+use crate::store::{Coupon, OrderStore, PutCoupon, Stock, StockLedger, StockWritten};
 use crate::usecases::UseCaseError;
+use tracing::info;
 
 /// Upper bound of an operator's stock count or adjustment.
 pub const MAX_STOCK: i64 = 1_000_000_000;
 
-/// What `PUT /admin/skus/{sku}` asks for.
+pub use crate::domain::catalog::StockChange;
+
+/// How many times a change is planned again when the SKU moved between
+/// the read and the write. Orders never move a SKU's version (`changes`),
+/// so only another operator's change of the same SKU at the same moment
+/// does; each retry starts from the SKU as the failed write saw it, after
+/// a short random pause that lets concurrent changes fall into a sequence.
+const STOCK_CHANGE_ATTEMPTS: u32 = 10;
+
+/// Who asks for a stock change, and under which key.
+#[derive(Debug, Clone)]
+pub struct StockRequest {
+    pub change: StockChange,
+    /// The request's `Idempotency-Key`; one is made when it has none, so
+    /// that the SDK's own re-sends are still applied once (an operator's
+    /// retry is not, without a key: the docs say to send one).
+    pub key: Option<IdempotencyKey>,
+    /// The caller's identity, for the audit record.
+    pub by: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StockChange {
-    /// `{"available": N, "price": P, "currency": C}`: seed a SKU that does
-    /// not exist yet, with its catalog price.
-    Seed { available: i64, price: Price },
-    /// `{"available": N, "if_available": M}`: compare-and-swap.
-    Swap { available: i64, expected: i64 },
-    /// `{"adjust": D}`: add D (may be negative) if the result stays >= 0.
-    Adjust(i64),
-    /// `{"price": P, "currency": C}`: a live SKU's new catalog price. Open
-    /// orders keep the price they were created with.
-    Reprice(Price),
+pub struct StockChanged {
+    pub stock: Stock,
+    /// The key was used before with the same change: nothing was written.
+    pub replayed: bool,
 }
 
 /// PUT /admin/skus/{sku}. A live SKU's count is only changed relative to
@@ -29,46 +45,90 @@ pub enum StockChange {
 /// overwritten: orders reserve and release stock concurrently, and a blind
 /// set would silently create or destroy units. A price change touches only
 /// the price: open orders keep theirs, and the counts are left alone.
-pub async fn put_stock<S: OrderStore>(store: &S, sku: &Sku, change: StockChange) -> Result<Stock, UseCaseError> {
-    let applied = match &change {
-        StockChange::Seed { available, price } => store.seed_stock(sku, *available, price).await?,
-        StockChange::Swap { available, expected } => store.swap_stock(sku, *available, *expected).await?,
-        StockChange::Adjust(d) => store.adjust_stock(sku, *d).await?,
-        StockChange::Reprice(price) => store.set_price(sku, price).await?,
+/// Every change is written with its audit record, once per key
+/// ([`crate::domain::catalog`]).
+pub async fn put_stock<S: OrderStore + StockLedger>(
+    store: &S,
+    clock: &dyn Clock,
+    ids: &dyn IdGen,
+    sku: &Sku,
+    req: StockRequest,
+) -> Result<StockChanged, UseCaseError> {
+    let now = clock.now();
+    let key = match req.key {
+        Some(k) => k,
+        None => IdempotencyKey::parse(ids.new_id("auto", now)).expect("generated ids are valid keys"),
     };
-    if applied == Cas::Rejected {
-        // The write changed nothing; this read only explains why.
-        let now = store.stock(sku).await?;
-        return Err(match (change, now) {
-            (StockChange::Seed { .. }, Some(s)) => UseCaseError::conflict(
-                "stock_exists",
-                format!(
-                    "sku {sku} already exists (available {}, reserved {}); send if_available with the count you \
-                     read, or adjust with a relative change (price with currency changes its price)",
-                    s.available, s.reserved
-                ),
-            ),
-            (StockChange::Swap { expected, .. }, Some(s)) => UseCaseError::conflict(
-                "stock_changed",
-                format!(
-                    "available is {}, not the {expected} the request expected; read it again and retry",
-                    s.available
-                ),
-            ),
-            (StockChange::Adjust(d), Some(s)) => UseCaseError::conflict(
-                "insufficient_stock",
-                format!("available is {}; adjusting by {d} would make it negative", s.available),
-            ),
-            // The only condition of a price change is that the SKU exists.
-            (StockChange::Reprice(_), Some(_)) => {
-                UseCaseError::Unavailable(crate::ports::Unavailable::new("set price", "refused on an existing sku"))
-            }
-            (_, None) => UseCaseError::not_found(format!(
-                "sku {sku} (seed it with {{\"available\": N, \"price\": P, \"currency\": \"EUR\"}})"
-            )),
-        });
+    if let Some(done) = store.stock_change(sku, &key).await? {
+        return replay(store, sku, &req.change, &done).await;
     }
-    store.stock(sku).await?.ok_or_else(|| UseCaseError::not_found(format!("sku {sku}")))
+    let asked = catalog::Requested { key, by: req.by, at: now };
+    let mut current = store.stock(sku).await?;
+    for attempt in 0..STOCK_CHANGE_ATTEMPTS {
+        let planned = catalog::plan(sku, &req.change, current.as_ref(), &asked).map_err(|r| refusal(sku, r))?;
+        match store.change_stock(&planned).await? {
+            StockWritten::Applied => {
+                info!(%sku, seq = planned.seq, delta = planned.delta, by = %planned.by, key = %planned.key, "stock changed");
+                let stock = store.stock(sku).await?.ok_or_else(|| UseCaseError::not_found(format!("sku {sku}")))?;
+                return Ok(StockChanged { stock, replayed: false });
+            }
+            StockWritten::KeyUsed(done) => return replay(store, sku, &req.change, &done).await,
+            StockWritten::Moved(now) => {
+                current = now;
+                let pause = rand::random::<u64>() % (10 * u64::from(attempt + 1));
+                tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
+            }
+        }
+    }
+    Err(UseCaseError::Unavailable(Unavailable::new(
+        "change stock",
+        format!("sku {sku} changed under each of {STOCK_CHANGE_ATTEMPTS} attempts"),
+    )))
+}
+
+/// The answer to a key used before: the SKU as it is now, or a refusal
+/// when the key came with another change.
+async fn replay<S: OrderStore>(
+    store: &S,
+    sku: &Sku,
+    change: &StockChange,
+    done: &StockChangeRecord,
+) -> Result<StockChanged, UseCaseError> {
+    if done.request != change.canonical() {
+        return Err(UseCaseError::conflict(
+            "idempotency_key_reused",
+            format!(
+                "this Idempotency-Key was already used for another change of sku {sku} ({}); use a new key",
+                done.request
+            ),
+        ));
+    }
+    info!(%sku, seq = done.seq, key = %done.key, "idempotent replay of a stock change");
+    let stock = store.stock(sku).await?.ok_or_else(|| UseCaseError::not_found(format!("sku {sku}")))?;
+    Ok(StockChanged { stock, replayed: true })
+}
+
+fn refusal(sku: &Sku, r: StockRefusal) -> UseCaseError {
+    match r {
+        StockRefusal::Exists { available, reserved } => UseCaseError::conflict(
+            "stock_exists",
+            format!(
+                "sku {sku} already exists (available {available}, reserved {reserved}); send if_available with the \
+                 count you read, or adjust with a relative change (price with currency changes its price)"
+            ),
+        ),
+        StockRefusal::Changed { available, expected } => UseCaseError::conflict(
+            "stock_changed",
+            format!("available is {available}, not the {expected} the request expected; read it again and retry"),
+        ),
+        StockRefusal::Insufficient { available, delta } => UseCaseError::conflict(
+            "insufficient_stock",
+            format!("available is {available}; adjusting by {delta} would make it negative"),
+        ),
+        StockRefusal::Missing => UseCaseError::not_found(format!(
+            "sku {sku} (seed it with {{\"available\": N, \"price\": P, \"currency\": \"EUR\"}})"
+        )),
+    }
 }
 
 /// GET /admin/skus/{sku}.

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 /// Every kind of discrepancy the report can hold.
-pub const KINDS: [&str; 14] = [
+pub const KINDS: [&str; 15] = [
     "channel_success_order_unpaid",
     "order_paid_without_channel_success",
     "amount_mismatch",
@@ -26,11 +26,12 @@ pub const KINDS: [&str; 14] = [
     "order_open_past_expiry",
     "refund_pending_stale",
     "stock_reserved_mismatch",
+    "stock_supply_mismatch",
     "undecodable_record",
 ];
 
 /// The kinds that need no channel data.
-pub const LOCAL_KINDS: [&str; 8] = [
+pub const LOCAL_KINDS: [&str; 9] = [
     "reservation_released_on_paid_order",
     "reservation_held_on_closed_order",
     "coupon_locked_on_closed_order",
@@ -38,6 +39,7 @@ pub const LOCAL_KINDS: [&str; 8] = [
     "order_open_past_expiry",
     "refund_pending_stale",
     "stock_reserved_mismatch",
+    "stock_supply_mismatch",
     "undecodable_record",
 ];
 
@@ -173,6 +175,38 @@ fn refund_is_stale(f: &crate::store::Refund, now: Timestamp) -> bool {
     f.status == RefundStatus::RefundPending && f.created_at.plus(REFUND_REDRIVE_AFTER) <= now
 }
 
+/// Each SKU's counts against its operators' audited changes: the records
+/// numbered without a gap, adding up to `supplied`, and `available +
+/// reserved + sold` equal to it (orders never create or destroy a unit).
+fn supply_checks(snapshot: &TableSnapshot, out: &mut Vec<Discrepancy>) {
+    let mut changes: BTreeMap<&str, Vec<crate::domain::StockChangeRecord>> = BTreeMap::new();
+    for c in &snapshot.stock_changes {
+        changes.entry(c.sku.as_str()).or_default().push(c.clone());
+    }
+    for stock in &snapshot.stocks {
+        let records = changes.remove(stock.sku.as_str()).unwrap_or_default();
+        for detail in crate::domain::catalog::audit_disagreements(stock, &records) {
+            out.push(Discrepancy {
+                kind: "stock_supply_mismatch",
+                order_id: String::new(),
+                payment_id: None,
+                key: Some(format!("SKU#{}/STOCK", stock.sku)),
+                detail,
+            });
+        }
+    }
+    // Records of a SKU whose stock row is gone.
+    for (sku, records) in changes {
+        out.push(Discrepancy {
+            kind: "stock_supply_mismatch",
+            order_id: String::new(),
+            payment_id: None,
+            key: Some(format!("SKU#{sku}/STOCK")),
+            detail: format!("{} audit records but no stock row", records.len()),
+        });
+    }
+}
+
 /// Each SKU's `reserved` count against the sum of its RESERVED
 /// reservations over every order. A SKU with reservations and no stock row
 /// counts as reserved 0.
@@ -227,6 +261,7 @@ pub fn reconcile(snapshot: &TableSnapshot, statement: Option<&Statement>, bounds
         local_checks(r, bounds, now, &mut out);
     }
     stock_checks(snapshot, &mut out);
+    supply_checks(snapshot, &mut out);
     let mut push = |kind, order: &OrderId, payment: Option<&PaymentId>, detail: String| {
         out.push(Discrepancy {
             kind,

@@ -116,7 +116,7 @@ enum Command {
     },
     /// Run the reconcile function now and print its report by kind.
     Reconcile,
-    /// A SKU's stock and catalog price.
+    /// A SKU's stock, catalog price and audited changes (and whether its counts agree with them).
     Stock {
         /// The SKU.
         sku: String,

@@ -1,12 +1,15 @@
 //! `orderctl stock SKU`: one SKU's catalog entry and counts, read from the
-//! table (`SKU#<sku>`/`STOCK`) with `order_core`'s decoding.
+//! table (`SKU#<sku>`/`STOCK`) with `order_core`'s decoding, with the
+//! operators' audited changes (`CHANGE#<key>`) and whether the counts agree
+//! with them.
 
 use crate::error::{CliError, Result};
 use crate::output::{print_json, table};
 use crate::settings::Stack;
 use order_core::aws::dynamo::DynamoStore;
+use order_core::domain::catalog::audit_disagreements;
 use order_core::domain::Sku;
-use order_core::store::OrderStore;
+use order_core::store::{OrderStore, StockLedger};
 use serde_json::json;
 
 pub async fn run(stack: &Stack, sku: &str, json_out: bool) -> Result<()> {
@@ -18,9 +21,12 @@ pub async fn run(stack: &Stack, sku: &str, json_out: bool) -> Result<()> {
             "seed it with PUT /admin/skus/{sku} {\"available\": N, \"price\": P, \"currency\": \"EUR\"}",
         )
     })?;
+    let history = store.stock_changes(&sku).await?;
+    let disagreements = audit_disagreements(&s, &history);
     let v = json!({
         "sku": s.sku, "available": s.available, "reserved": s.reserved, "sold": s.sold,
-        "price": s.price, "currency": s.currency,
+        "price": s.price, "currency": s.currency, "supplied": s.supplied, "changes": history,
+        "disagreements": disagreements,
     });
     if json_out {
         return print_json(&v);
@@ -32,5 +38,37 @@ pub async fn run(stack: &Stack, sku: &str, json_out: bool) -> Result<()> {
     };
     t.add_row(vec![s.sku.to_string(), s.available.to_string(), s.reserved.to_string(), s.sold.to_string(), price]);
     println!("{t}");
+    print_history(&history);
+    if disagreements.is_empty() {
+        println!("available + reserved + sold = {} = the sum of {} audited changes", s.supplied, history.len());
+    }
+    for d in &disagreements {
+        println!("DISAGREES: {d} (runbook: DiscrepancyStockSupplyMismatchAlarm)");
+    }
     Ok(())
+}
+
+/// The audited changes, oldest first (the last 20 when there are more).
+fn print_history(history: &[order_core::domain::StockChangeRecord]) {
+    if history.is_empty() {
+        println!("no audited changes (seeded before changes were recorded)");
+        return;
+    }
+    let mut t = table(&["seq", "at", "by", "change", "delta", "supplied", "key"]);
+    let skip = history.len().saturating_sub(20);
+    for c in &history[skip..] {
+        t.add_row(vec![
+            c.seq.to_string(),
+            c.at.to_string(),
+            c.by.clone(),
+            c.request.clone(),
+            format!("{:+}", c.delta),
+            format!("{} -> {}", c.supplied_before, c.supplied_after),
+            c.key.to_string(),
+        ]);
+    }
+    if skip > 0 {
+        println!("({skip} older changes not shown; --json lists every one)");
+    }
+    println!("{t}");
 }

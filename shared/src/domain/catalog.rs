@@ -1,0 +1,325 @@
+//! An operator's change of a SKU's stock or price, and its audit record.
+//!
+//! Orders move units between `available`, `reserved` and `sold` but never
+//! create or destroy one, so `available + reserved + sold` of a SKU only
+//! changes when an operator changes the supply. Every such change is
+//! written together with a [`StockChangeRecord`] (who, when, the delta and
+//! the supply before and after) in one transaction, keyed by the change's
+//! idempotency key: a change whose answer was lost, re-sent by the SDK or
+//! by the operator, finds its own record and is applied once. The SKU's
+//! `supplied` and `changes` (the last record's sequence number) move in the
+//! same write, so reconciliation can check the counts against the records.
+//!
+//! [`plan`] decides a change from the SKU as read: the write the store
+//! makes, or the refusal. The store writes it only if the SKU is still at
+//! the version that was read (`changes`), and for a relative change only if
+//! `available` still allows it.
+
+use super::*;
+use serde::{Deserialize, Serialize};
+
+/// What `PUT /admin/skus/{sku}` asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StockChange {
+    /// `{"available": N, "price": P, "currency": C}`: seed a SKU that does
+    /// not exist yet, with its catalog price.
+    Seed { available: i64, price: Price },
+    /// `{"available": N, "if_available": M}`: compare-and-swap.
+    Swap { available: i64, expected: i64 },
+    /// `{"adjust": D}`: add D (may be negative) if the result stays >= 0.
+    Adjust(i64),
+    /// `{"price": P, "currency": C}`: a live SKU's new catalog price. Open
+    /// orders keep the price they were created with.
+    Reprice(Price),
+}
+
+impl StockChange {
+    /// The request's canonical form: a key used again with another change
+    /// is refused, the same change answers as it did the first time.
+    pub fn canonical(&self) -> String {
+        match self {
+            Self::Seed { available, price } => format!("seed available={available} price={price}"),
+            Self::Swap { available, expected } => format!("swap available={available} if_available={expected}"),
+            Self::Adjust(d) => format!("adjust {d}"),
+            Self::Reprice(price) => format!("price {price}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StockChangeKind {
+    Seed,
+    Swap,
+    Adjust,
+    Reprice,
+}
+
+/// One applied operator change of a SKU (`SKU#<sku>` / `CHANGE#<key>`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StockChangeRecord {
+    pub sku: Sku,
+    /// 1 for the seed, then one more per change: the SKU's `changes` is
+    /// the last one, so a missing record shows as a gap.
+    pub seq: u64,
+    /// The request's `Idempotency-Key` (or one made for a request that
+    /// came without, which still makes the SDK's own re-sends harmless).
+    pub key: IdempotencyKey,
+    pub kind: StockChangeKind,
+    /// Units added to the supply (negative: removed); 0 for a price.
+    pub delta: i64,
+    /// `available + reserved + sold` before and after.
+    pub supplied_before: i64,
+    pub supplied_after: i64,
+    /// A swap's (and a seed's) exact `available` before and after. A
+    /// relative change has none: orders move `available` concurrently, so
+    /// only the delta is exact.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_before: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_after: Option<i64>,
+    /// The catalog price a seed or a price change set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<Price>,
+    /// The caller (the IAM identity of the admin route).
+    pub by: String,
+    pub at: Timestamp,
+    /// [`StockChange::canonical`] of the request.
+    pub request: String,
+}
+
+/// Why a change cannot be made to the SKU as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StockRefusal {
+    /// A seed of a SKU that exists.
+    Exists { available: i64, reserved: i64 },
+    /// A change of a SKU that does not exist.
+    Missing,
+    /// A swap whose `if_available` is no longer true.
+    Changed { available: i64, expected: i64 },
+    /// An adjustment that would make `available` negative.
+    Insufficient { available: i64, delta: i64 },
+}
+
+/// The supply a SKU's record shows: what its audit records must add up to.
+pub fn supplied(s: &Stock) -> i64 {
+    s.available + s.reserved + s.sold
+}
+
+/// Who asks and when, for the record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requested {
+    pub key: IdempotencyKey,
+    pub by: String,
+    pub at: Timestamp,
+}
+
+/// The record of `change` applied to `current` (the SKU as read), or why
+/// it cannot be.
+pub fn plan(
+    sku: &Sku,
+    change: &StockChange,
+    current: Option<&Stock>,
+    req: &Requested,
+) -> Result<StockChangeRecord, StockRefusal> {
+    let record = |kind, seq, before: i64, delta: i64| StockChangeRecord {
+        sku: sku.clone(),
+        seq,
+        key: req.key.clone(),
+        kind,
+        delta,
+        supplied_before: before,
+        supplied_after: before + delta,
+        available_before: None,
+        available_after: None,
+        price: None,
+        by: req.by.clone(),
+        at: req.at,
+        request: change.canonical(),
+    };
+    let s = match (change, current) {
+        (StockChange::Seed { available, price }, None) => {
+            return Ok(StockChangeRecord {
+                available_before: Some(0),
+                available_after: Some(*available),
+                price: Some(price.clone()),
+                ..record(StockChangeKind::Seed, 1, 0, *available)
+            })
+        }
+        (StockChange::Seed { .. }, Some(s)) => {
+            return Err(StockRefusal::Exists { available: s.available, reserved: s.reserved })
+        }
+        (_, None) => return Err(StockRefusal::Missing),
+        (_, Some(s)) => s,
+    };
+    let (seq, before) = (s.changes + 1, supplied(s));
+    match change {
+        StockChange::Seed { .. } => unreachable!("decided above"),
+        StockChange::Swap { available, expected } if s.available == *expected => Ok(StockChangeRecord {
+            available_before: Some(*expected),
+            available_after: Some(*available),
+            ..record(StockChangeKind::Swap, seq, before, available - expected)
+        }),
+        StockChange::Swap { expected, .. } => {
+            Err(StockRefusal::Changed { available: s.available, expected: *expected })
+        }
+        StockChange::Adjust(d) if s.available + d >= 0 => Ok(record(StockChangeKind::Adjust, seq, before, *d)),
+        StockChange::Adjust(d) => Err(StockRefusal::Insufficient { available: s.available, delta: *d }),
+        StockChange::Reprice(price) => {
+            Ok(StockChangeRecord { price: Some(price.clone()), ..record(StockChangeKind::Reprice, seq, before, 0) })
+        }
+    }
+}
+
+/// What a SKU's audit records say against its counts: empty when they
+/// agree. Each line names one disagreement.
+pub fn audit_disagreements(stock: &Stock, records: &[StockChangeRecord]) -> Vec<String> {
+    let mut out = Vec::new();
+    if records.is_empty() && stock.changes == 0 {
+        // Seeded before changes were recorded and never changed since:
+        // nothing to compare with.
+        return out;
+    }
+    let mut sorted: Vec<&StockChangeRecord> = records.iter().collect();
+    sorted.sort_by_key(|r| r.seq);
+    let seqs: Vec<u64> = sorted.iter().map(|r| r.seq).collect();
+    if seqs != (1..=stock.changes).collect::<Vec<_>>() {
+        out.push(format!("changes {} but audit records numbered {seqs:?}", stock.changes));
+    }
+    // Each record starts where the one before it ended; the first starts at
+    // 0 (a seed) or at the counts of a SKU seeded before records were kept.
+    for pair in sorted.windows(2) {
+        if pair[1].supplied_before != pair[0].supplied_after {
+            out.push(format!(
+                "change {} starts at supplied {}, change {} ended at {}",
+                pair[1].seq, pair[1].supplied_before, pair[0].seq, pair[0].supplied_after
+            ));
+        }
+    }
+    let base = sorted.first().map_or(0, |r| r.supplied_before);
+    let total = base + sorted.iter().map(|r| r.delta).sum::<i64>();
+    if stock.supplied != total {
+        out.push(format!("supplied {} but the audit records add up to {total}", stock.supplied));
+    }
+    if supplied(stock) != stock.supplied {
+        out.push(format!(
+            "available {} + reserved {} + sold {} = {}, not the supplied {}",
+            stock.available,
+            stock.reserved,
+            stock.sold,
+            supplied(stock),
+            stock.supplied
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eur(amount: i64) -> Price {
+        Price { amount, currency: Currency::parse("EUR").unwrap() }
+    }
+
+    fn stock(available: i64, reserved: i64, sold: i64, changes: u64) -> Stock {
+        Stock {
+            sku: Sku::parse("A").unwrap(),
+            available,
+            reserved,
+            sold,
+            price: Some(100),
+            currency: Some(Currency::parse("EUR").unwrap()),
+            supplied: available + reserved + sold,
+            changes,
+        }
+    }
+
+    fn sku() -> Sku {
+        Sku::parse("A").unwrap()
+    }
+
+    fn req() -> Requested {
+        Requested { key: IdempotencyKey::parse("k1").unwrap(), by: "ops".into(), at: Timestamp::from_unix_millis(1000) }
+    }
+
+    #[test]
+    fn a_seed_starts_the_history_at_one() {
+        let r = plan(&sku(), &StockChange::Seed { available: 5, price: eur(100) }, None, &req()).unwrap();
+        assert_eq!((r.seq, r.delta, r.supplied_before, r.supplied_after), (1, 5, 0, 5));
+        assert_eq!((r.available_before, r.available_after), (Some(0), Some(5)));
+        assert_eq!(r.price, Some(eur(100)));
+    }
+
+    #[test]
+    fn every_change_is_refused_or_planned_from_the_sku_as_read() {
+        let s = stock(4, 3, 2, 7);
+        let seed = StockChange::Seed { available: 1, price: eur(1) };
+        assert_eq!(plan(&sku(), &seed, Some(&s), &req()), Err(StockRefusal::Exists { available: 4, reserved: 3 }));
+        for change in
+            [StockChange::Swap { available: 1, expected: 4 }, StockChange::Adjust(1), StockChange::Reprice(eur(2))]
+        {
+            assert_eq!(plan(&sku(), &change, None, &req()), Err(StockRefusal::Missing));
+        }
+        let swap = plan(&sku(), &StockChange::Swap { available: 10, expected: 4 }, Some(&s), &req()).unwrap();
+        assert_eq!((swap.seq, swap.delta, swap.supplied_before, swap.supplied_after), (8, 6, 9, 15));
+        assert_eq!((swap.available_before, swap.available_after), (Some(4), Some(10)));
+        assert_eq!(
+            plan(&sku(), &StockChange::Swap { available: 10, expected: 5 }, Some(&s), &req()),
+            Err(StockRefusal::Changed { available: 4, expected: 5 })
+        );
+        let down = plan(&sku(), &StockChange::Adjust(-4), Some(&s), &req()).unwrap();
+        assert_eq!((down.seq, down.delta, down.supplied_after, down.available_after), (8, -4, 5, None));
+        assert_eq!(
+            plan(&sku(), &StockChange::Adjust(-5), Some(&s), &req()),
+            Err(StockRefusal::Insufficient { available: 4, delta: -5 })
+        );
+        let price = plan(&sku(), &StockChange::Reprice(eur(250)), Some(&s), &req()).unwrap();
+        assert_eq!((price.delta, price.supplied_after, price.price), (0, 9, Some(eur(250))));
+        assert_eq!(price.sku, s.sku);
+    }
+
+    #[test]
+    fn the_canonical_form_tells_changes_apart() {
+        let forms: Vec<String> = [
+            StockChange::Seed { available: 1, price: eur(1) },
+            StockChange::Swap { available: 1, expected: 0 },
+            StockChange::Adjust(1),
+            StockChange::Adjust(-1),
+            StockChange::Reprice(eur(1)),
+        ]
+        .iter()
+        .map(StockChange::canonical)
+        .collect();
+        let mut unique = forms.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), forms.len(), "{forms:?}");
+    }
+
+    #[test]
+    fn audit_disagreements_name_each_broken_identity() {
+        let seed = plan(&sku(), &StockChange::Seed { available: 5, price: eur(1) }, None, &req()).unwrap();
+        let mut s = stock(3, 1, 1, 1);
+        assert!(audit_disagreements(&s, std::slice::from_ref(&seed)).is_empty());
+        // A unit created from nothing: the counts no longer add up.
+        s.available += 1;
+        let found = audit_disagreements(&s, std::slice::from_ref(&seed));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("not the supplied 5"), "{found:?}");
+        // A delta applied twice: supplied and the counts agree, the records do not.
+        let mut twice = stock(7, 1, 1, 2);
+        twice.supplied = 9;
+        let adjust = StockChangeRecord { seq: 2, delta: 2, supplied_before: 5, supplied_after: 7, ..seed.clone() };
+        let found = audit_disagreements(&twice, &[seed.clone(), adjust]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("add up to 7"), "{found:?}");
+        // A record missing from the history.
+        let found = audit_disagreements(&stock(5, 0, 0, 2), std::slice::from_ref(&seed));
+        assert!(found.iter().any(|f| f.contains("numbered [1]")), "{found:?}");
+        // Seeded before changes were recorded: nothing to say.
+        let mut legacy = stock(5, 0, 0, 0);
+        legacy.supplied = 0;
+        assert!(audit_disagreements(&legacy, &[]).is_empty());
+    }
+}
