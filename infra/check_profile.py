@@ -41,6 +41,8 @@ RULE_CASES: list[tuple[dict, str | None]] = [
     (LOCAL_DEV, None),
     ({"Stage": "prod", "BuyerAuthIssuer": "https://login.example.com", "BuyerAuthAudience": "app-1,app-2"}, None),
     ({"Stage": "prod", "FaultInjection": "on"}, "ProdRefusesFaultInjection"),
+    ({"Stage": "prod", "FaultLostAnswerRate": "0.05"}, "ProdRefusesFaultInjection"),
+    ({**LOCAL_DEV, "FaultLostAnswerRate": "0.05"}, None),
     ({"Stage": "prod", "EnableSandboxChannel": "true"}, "ProdRefusesSandboxChannel"),
     ({"Stage": "prod", "LocalApiId": "abc123"}, "ProdRefusesLocalApiId"),
     ({"Stage": "prod", "StripeApiBaseUrl": "http://127.0.0.1:8420"}, "ProdTalksToStripe"),
@@ -88,8 +90,9 @@ def check_prod() -> list[str]:
             problems.append(f"{rid}: a sandbox route in a prod stack")
         if res["Type"] == "AWS::Lambda::Function":
             env = props.get("Environment", {}).get("Variables", {})
-            if "FAULT_INJECTION" in env:
-                problems.append(f"{rid}: FAULT_INJECTION in a prod function's environment")
+            for switch in ("FAULT_INJECTION", "FAULT_LOST_ANSWER_RATE"):
+                if switch in env:
+                    problems.append(f"{rid}: {switch} in a prod function's environment")
             if "sandbox" in str(env.get("WEBHOOK_SECRET_PARAMETERS", "")):
                 problems.append(f"{rid}: the webhook knows the sandbox channel in a prod stack")
             if env.get("SANDBOX_LEDGER_TABLE") not in (None, ""):

@@ -45,6 +45,9 @@ Environment (defaults in brackets)
                                      know counts as never charged
   FAULT_INJECTION [on]               fault drills for orders whose user id names one
                                      (the stack is deployed with Stage=dev)
+  LOST_ANSWER_RATE [0]               share (0..0.5) of every function's write calls whose
+                                     answer is lost after it was applied (the SDK sends it
+                                     again): the loadcheck drill lost-response
   CLOSING_LEASE_SECONDS [35]         SWEEP_GRACE_SECONDS [5]
   EFFECTS_REDRIVE_AFTER_SECONDS [20] when the sweep re-drives a pending release/settle
   PERSIST_STATE [0]                  1: ministack saves its state on shutdown and loads it
@@ -88,6 +91,7 @@ LOG_LEVEL="${LOG_LEVEL:-info}"
 # names a fault are affected), short lease and sweep grace so that the
 # backstop's tests finish in minutes.
 FAULT_INJECTION="${FAULT_INJECTION:-on}"
+LOST_ANSWER_RATE="${LOST_ANSWER_RATE:-0}"
 CLOSING_LEASE_SECONDS="${CLOSING_LEASE_SECONDS:-35}"
 SWEEP_GRACE_SECONDS="${SWEEP_GRACE_SECONDS:-5}"
 EFFECTS_REDRIVE_AFTER_SECONDS="${EFFECTS_REDRIVE_AFTER_SECONDS:-20}"
@@ -269,6 +273,7 @@ run_deploy() { # args: LocalApiId ApiBaseUrlOverride
     --param "LocalApiId=$1" \
     --param Stage=dev \
     --param "FaultInjection=$FAULT_INJECTION" \
+    --param "FaultLostAnswerRate=$LOST_ANSWER_RATE" \
     --param "ClosingLeaseSeconds=$CLOSING_LEASE_SECONDS" \
     --param "SweepGraceSeconds=$SWEEP_GRACE_SECONDS" \
     --param "EffectsRedriveAfterSeconds=$EFFECTS_REDRIVE_AFTER_SECONDS" \
@@ -307,6 +312,7 @@ deploy() {
     echo "AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY"
     echo "PAYMENT_WINDOW_SECONDS=$PAYMENT_WINDOW_SECONDS"
     echo "PERSIST_STATE=${PERSIST_STATE:-0}"
+    echo "LOST_ANSWER_RATE=$LOST_ANSWER_RATE"
     echo "CLOSING_LEASE_SECONDS=$CLOSING_LEASE_SECONDS"
     echo "SWEEP_GRACE_SECONDS=$SWEEP_GRACE_SECONDS"
     echo "EFFECTS_REDRIVE_AFTER_SECONDS=$EFFECTS_REDRIVE_AFTER_SECONDS"

@@ -27,6 +27,11 @@
 //!   `not_found`, for any channel). Past the not-found grace the close
 //!   concludes "never charged" while the payment is still open at the
 //!   channel, so a buyer can pay after the close: the late-success drill.
+//!
+//! One switch is not per user: `FAULT_LOST_ANSWER_RATE` ([`lost_answer_rate`])
+//! loses the answers of that share of every function's write calls after
+//! the service applied them (the SDK then sends them again), for the
+//! `lost-response` drill ([`crate::aws::lost_answers`]).
 
 use crate::domain::{Order, Timestamp};
 use std::sync::OnceLock;
@@ -95,6 +100,27 @@ impl Faults {
         let until: i64 = rest.split('-').next()?.parse().ok()?;
         (now.unix_millis() < until * 1000).then(|| format!("fault injection: release fails until {until}"))
     }
+}
+
+/// The share of write calls (to DynamoDB, SQS, Scheduler, EventBridge)
+/// whose answer is lost after the request reached the service
+/// (`FAULT_LOST_ANSWER_RATE`, from 0 to 0.5; the `lost-response` drill):
+/// `None` unless fault injection is active and the rate is above 0. Unlike
+/// the drills above it hits every order: a write applied twice, or an own
+/// write read as somebody else's, breaks an invariant whoever's order it is.
+pub fn lost_answer_rate() -> Option<f64> {
+    static RATE: OnceLock<Option<f64>> = OnceLock::new();
+    *RATE.get_or_init(|| {
+        let raw = std::env::var("FAULT_LOST_ANSWER_RATE").ok()?;
+        let rate: f64 = match raw.trim().parse() {
+            Ok(r) if (0.0..=0.5).contains(&r) => r,
+            _ => {
+                error!(value = %raw, "FAULT_LOST_ANSWER_RATE must be a number from 0 to 0.5; no answers are lost");
+                return None;
+            }
+        };
+        (rate > 0.0 && active().enabled).then_some(rate)
+    })
 }
 
 /// The switches of this process, read once from the environment.

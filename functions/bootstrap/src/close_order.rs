@@ -14,11 +14,11 @@ use order_core::usecases::close_order::{CloseOrder, DEFAULT_CLOSE_BUDGET};
 const INVOCATION_MARGIN: std::time::Duration = std::time::Duration::from_millis(1500);
 
 pub async fn run(config: &SdkConfig) -> Result<(), Error> {
-    let dynamo = aws_sdk_dynamodb::Client::new(config);
+    let dynamo = order_core::aws::clients::dynamodb(config);
     let uc = CloseOrder {
         store: DynamoStore::from_env(dynamo.clone())?,
         channel: ConfiguredChannel::load(config, dynamo).await?,
-        reminders: SqsCloseReminders::new(aws_sdk_sqs::Client::new(config), env("CLOSE_QUEUE_URL")?),
+        reminders: SqsCloseReminders::new(order_core::aws::clients::sqs(config), env("CLOSE_QUEUE_URL")?),
         clock: Box::new(SystemClock),
         lease: seconds_env("CLOSING_LEASE_SECONDS")?,
         not_found_grace: seconds_env("CHANNEL_NOT_FOUND_GRACE_SECONDS")?,

@@ -7,7 +7,7 @@ use order_core::usecases::create_order::CreateOrder;
 
 pub async fn run(config: &SdkConfig) -> Result<(), Error> {
     let uc = CreateOrder {
-        store: DynamoStore::from_env(aws_sdk_dynamodb::Client::new(config))?,
+        store: DynamoStore::from_env(order_core::aws::clients::dynamodb(config))?,
         clock: Box::new(SystemClock),
         ids: Box::new(RandomIds),
         window: seconds_env("PAYMENT_WINDOW_SECONDS")?,

@@ -9,7 +9,7 @@ use order_core::ports::{RandomIds, SystemClock};
 use order_core::usecases::close_order::CloseOrder;
 
 pub async fn run(config: &SdkConfig) -> Result<(), Error> {
-    let dynamo = aws_sdk_dynamodb::Client::new(config);
+    let dynamo = order_core::aws::clients::dynamodb(config);
     let channel = ConfiguredChannel::load(config, dynamo.clone()).await?;
     let app = OrderApi {
         store: DynamoStore::from_env(dynamo.clone())?,
@@ -20,7 +20,7 @@ pub async fn run(config: &SdkConfig) -> Result<(), Error> {
         closer: CloseOrder {
             store: DynamoStore::from_env(dynamo.clone())?,
             channel,
-            reminders: SqsCloseReminders::new(aws_sdk_sqs::Client::new(config), env("CLOSE_QUEUE_URL")?),
+            reminders: SqsCloseReminders::new(order_core::aws::clients::sqs(config), env("CLOSE_QUEUE_URL")?),
             clock: Box::new(SystemClock),
             lease: seconds_env("CLOSING_LEASE_SECONDS")?,
             not_found_grace: seconds_env("CHANNEL_NOT_FOUND_GRACE_SECONDS")?,

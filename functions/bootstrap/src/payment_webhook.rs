@@ -7,7 +7,7 @@ use order_core::handlers::http::{payment_webhook, Webhook};
 use order_core::ports::SystemClock;
 
 pub async fn run(config: &SdkConfig) -> Result<(), Error> {
-    let dynamo = aws_sdk_dynamodb::Client::new(config);
+    let dynamo = order_core::aws::clients::dynamodb(config);
     let app = Webhook {
         store: DynamoStore::from_env(dynamo.clone())?,
         // Stripe's events are decided from the intent as the API answers it.

@@ -10,7 +10,7 @@ use order_core::usecases::reconcile::Bounds;
 use serde_json::Value;
 
 pub async fn run(config: &SdkConfig) -> Result<(), Error> {
-    let dynamo = aws_sdk_dynamodb::Client::new(config);
+    let dynamo = order_core::aws::clients::dynamodb(config);
     let store = DynamoStore::from_env(dynamo.clone())?;
     let channel = ConfiguredChannel::load(config, dynamo).await?;
     let bounds = Bounds::from_env()?;

@@ -8,12 +8,12 @@ use order_core::ports::SystemClock;
 use serde_json::Value;
 
 pub async fn run(config: &SdkConfig) -> Result<(), Error> {
-    let dynamo = aws_sdk_dynamodb::Client::new(config);
+    let dynamo = order_core::aws::clients::dynamodb(config);
     let worker = RefundWorker {
         store: DynamoStore::from_env(dynamo.clone())?,
         channel: ConfiguredChannel::load(config, dynamo).await?,
         retries: SqsRefundRetries::new(
-            aws_sdk_sqs::Client::new(config),
+            order_core::aws::clients::sqs(config),
             env("REFUND_QUEUE_URL")?,
             env("REFUND_DLQ_URL")?,
         ),

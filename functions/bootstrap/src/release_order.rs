@@ -7,7 +7,7 @@ use order_core::handlers::{batch::each_sqs_message, effects::release_message};
 use order_core::ports::SystemClock;
 
 pub async fn run(config: &SdkConfig) -> Result<(), Error> {
-    let store = DynamoStore::from_env(aws_sdk_dynamodb::Client::new(config))?;
+    let store = DynamoStore::from_env(order_core::aws::clients::dynamodb(config))?;
     let store = &store;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<_, Error>(

@@ -7,15 +7,15 @@ use order_core::handlers::{batch::each_sqs_message, effects::wake_up_message};
 use order_core::ports::SystemClock;
 
 pub async fn run(config: &SdkConfig) -> Result<(), Error> {
-    let store = DynamoStore::from_env(aws_sdk_dynamodb::Client::new(config))?;
+    let store = DynamoStore::from_env(order_core::aws::clients::dynamodb(config))?;
     let wakeups = EventBridgeWakeUps::new(
-        aws_sdk_scheduler::Client::new(config),
+        order_core::aws::clients::scheduler(config),
         env("SCHEDULE_GROUP")?,
         env("CLOSE_QUEUE_ARN")?,
         env("SCHEDULER_ROLE_ARN")?,
     )
     .with_dead_letter(std::env::var("WAKEUP_DLQ_ARN").ok());
-    let reminders = SqsCloseReminders::new(aws_sdk_sqs::Client::new(config), env("CLOSE_QUEUE_URL")?);
+    let reminders = SqsCloseReminders::new(order_core::aws::clients::sqs(config), env("CLOSE_QUEUE_URL")?);
     let (store, wakeups, reminders) = (&store, &wakeups, &reminders);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<_, Error>(

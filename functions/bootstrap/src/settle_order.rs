@@ -9,15 +9,15 @@ use order_core::handlers::{batch::each_sqs_message, effects::settle_message};
 use order_core::ports::SystemClock;
 
 pub async fn run(config: &SdkConfig) -> Result<(), Error> {
-    let store = DynamoStore::from_env(aws_sdk_dynamodb::Client::new(config))?;
+    let store = DynamoStore::from_env(order_core::aws::clients::dynamodb(config))?;
     // Only deletes schedules: the target and role are never used here.
     let wakeups = EventBridgeWakeUps::new(
-        aws_sdk_scheduler::Client::new(config),
+        order_core::aws::clients::scheduler(config),
         env("SCHEDULE_GROUP")?,
         String::new(),
         String::new(),
     );
-    let channel = ConfiguredChannel::load(config, aws_sdk_dynamodb::Client::new(config)).await?;
+    let channel = ConfiguredChannel::load(config, order_core::aws::clients::dynamodb(config)).await?;
     let (store, wakeups, channel) = (&store, &wakeups, &channel);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<_, Error>(

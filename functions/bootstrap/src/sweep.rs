@@ -10,14 +10,14 @@ use order_core::handlers::sweep::{config_from_env, run_sweep};
 use order_core::ports::SystemClock;
 
 pub async fn run(config: &SdkConfig) -> Result<(), Error> {
-    let dynamo = aws_sdk_dynamodb::Client::new(config);
-    let sqs = aws_sdk_sqs::Client::new(config);
+    let dynamo = order_core::aws::clients::dynamodb(config);
+    let sqs = order_core::aws::clients::sqs(config);
     let store = DynamoStore::from_env(dynamo.clone())?;
     let redrive = AwsRedrive {
         store: store.clone(),
         // Settle only deletes schedules: target and role are never used.
         wakeups: EventBridgeWakeUps::new(
-            aws_sdk_scheduler::Client::new(config),
+            order_core::aws::clients::scheduler(config),
             env("SCHEDULE_GROUP")?,
             String::new(),
             String::new(),

@@ -26,7 +26,7 @@ impl EventBridgePublisher {
     }
     /// From the SDK configuration and `EVENT_BUS_NAME`.
     pub fn from_env(config: &aws_config::SdkConfig) -> Result<Self, lambda_runtime::Error> {
-        Ok(Self::new(Client::new(config), super::env("EVENT_BUS_NAME")?))
+        Ok(Self::new(super::clients::eventbridge(config), super::env("EVENT_BUS_NAME")?))
     }
 
     fn entry(&self, event: &IntegrationEvent) -> PutEventsRequestEntry {

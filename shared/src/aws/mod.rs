@@ -1,6 +1,7 @@
 //! AWS adapters: the only code that touches the SDK.
 
 pub mod catalog;
+pub mod clients;
 pub mod due_index;
 pub mod dynamo;
 pub mod event_bus;

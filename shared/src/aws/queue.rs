@@ -130,7 +130,7 @@ impl SqsDeadLetters {
     }
     /// From the SDK configuration and `STREAM_DEAD_LETTER_QUEUE_URL`.
     pub fn from_env(config: &aws_config::SdkConfig) -> Result<Self, lambda_runtime::Error> {
-        Ok(Self::new(Client::new(config), super::env("STREAM_DEAD_LETTER_QUEUE_URL")?))
+        Ok(Self::new(super::clients::sqs(config), super::env("STREAM_DEAD_LETTER_QUEUE_URL")?))
     }
 }
 

@@ -201,6 +201,10 @@ pub enum Drill {
     SweepPause,
     /// The relay's first PutEvents entry of each event fails (`fault-relay-` buyers).
     RelayFails,
+    /// Every function loses the answers of a share of its write calls after
+    /// the service applied them, so the SDK sends them again (needs the
+    /// stack started with `LOST_ANSWER_RATE`, e.g. 0.02; every order).
+    LostResponse,
     /// Every drill above.
     All,
 }

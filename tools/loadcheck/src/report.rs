@@ -30,6 +30,8 @@ pub struct RunFacts {
     /// The sweep's resume time and the last backlog order's final time.
     pub backlog_drain: Option<(OffsetDateTime, Option<OffsetDateTime>)>,
     pub drill_notes: Vec<String>,
+    /// Drills asked for that did not happen (the run fails).
+    pub drill_failures: Vec<String>,
     pub drain_notes: Vec<String>,
     pub out_dir: PathBuf,
     pub replays: usize,
@@ -240,6 +242,10 @@ pub fn report(facts: &RunFacts, rows: &[OrderRow], verdict: Result<Verdict, Stri
     // run cannot pass with it.
     if !errors.is_empty() {
         let _ = writeln!(s, "  {:<44} FAIL ({})", "steps_made (every planned call made)", errors.len());
+        code = code.max(2);
+    }
+    for failure in &facts.drill_failures {
+        let _ = writeln!(s, "  {failure:<44} FAIL");
         code = code.max(2);
     }
     for drill in &facts.drills_asked {
@@ -454,6 +460,7 @@ mod tests {
             settled_at: t,
             backlog_drain: None,
             drill_notes: vec![],
+            drill_failures: vec![],
             drain_notes: vec![],
             out_dir: dir.to_path_buf(),
             replays: 0,
