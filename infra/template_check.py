@@ -415,14 +415,17 @@ def rust_sources(*dirs: str) -> dict[str, str]:
 def clients_built(main: str, shared: dict[str, str]) -> set[str]:
     """The SDK crates whose clients a function's wiring module builds,
     itself or through a shared constructor that takes the SdkConfig."""
-    crates = set(re.findall(r"aws_sdk_([a-z0-9]+)::Client::new", main))
+    # `order_core::aws::clients::<crate>(config)` builds that crate's client
+    # (with the lost-response drill's interceptor when it is on).
+    built = r"aws_sdk_([a-z0-9]+)::Client::new|\bclients::([a-z0-9]+)\("
+    crates = {a or b for a, b in re.findall(built, main)}
     for path, src in shared.items():
         imported = re.search(r"use aws_sdk_([a-z0-9]+)::(?:\{[^}]*\bClient\b|Client\b)", src)
         for m in re.finditer(r"(?m)^(\s*)pub (?:async )?fn ([a-z_]+)\(\s*config: &aws_config::SdkConfig", src):
             indent, fn = m.groups()
             end = src.find("\n" + indent + "}", m.end())
             body = src[m.end(): end if end > 0 else None]
-            made = re.findall(r"aws_sdk_([a-z0-9]+)::Client::new", body)
+            made = [a or b for a, b in re.findall(built, body)]
             if not made and "Client::new(" in body and imported:
                 made = [imported.group(1)]
             if not made:

@@ -146,6 +146,10 @@ pub const OLDEST_PENDING_EFFECT_SECONDS: Metric =
 pub const SWEEP_DURATION: Metric = Metric { name: "SweepDuration", unit: Unit::Milliseconds, dimensions: &[] };
 pub const SWEEP_UNFINISHED_SHARDS: Metric = count_metric("SweepUnfinishedShards");
 pub const SWEEP_COMPLETED: Metric = count_metric("SweepCompleted");
+/// Refunds given up on (REFUND_FAILED) and not yet resolved by a person,
+/// counted by each sweep run from their index entries: a state, so its
+/// alarm stays raised until the last one is resolved.
+pub const REFUNDS_FAILED: Metric = count_metric("RefundsFailed");
 
 // ---- reconciliation (a full read of the table, daily)
 pub const RECONCILE_COMPLETED: Metric = count_metric("ReconcileCompleted");
@@ -212,6 +216,7 @@ const NAMED: &[&Metric] = &[
     &EVENT_PUBLISH_RETRIED,
     &EVENT_PUBLISH_FAILED,
     &SWEEP_FOUND_OPEN,
+    &REFUNDS_FAILED,
     &SWEEP_FOUND_EFFECTS,
     &SWEEP_FOUND_REFUNDS,
     &OLDEST_OVERDUE_OPEN_ORDER_SECONDS,

@@ -308,6 +308,24 @@ pub trait PaymentStore: Send + Sync {
         now: Timestamp,
     ) -> Result<Cas, Unavailable>;
 
+    /// The refunds given up on (REFUND_FAILED) that no person has resolved:
+    /// each keeps an entry in the due index's failed refunds' partition,
+    /// which the sweep counts (the `RefundsFailed` alarm) and never
+    /// re-drives, until the refund is REFUNDED or resolved.
+    async fn failed_refunds(&self) -> Result<Vec<(OrderId, PaymentId)>, Unavailable>;
+
+    /// A person's resolution of a REFUND_FAILED refund (refunded by hand at
+    /// the provider, or found not owed): it leaves the failed refunds'
+    /// partition, keeps its status, and records who, when and why.
+    /// Rejected if it is not REFUND_FAILED or was resolved already.
+    async fn resolve_failed_refund(
+        &self,
+        refund: &Refund,
+        by: &str,
+        note: &str,
+        now: Timestamp,
+    ) -> Result<Cas, Unavailable>;
+
     /// The backstop's re-drive of a REFUND_PENDING refund: pushes its
     /// `due_at` to `now + REFUND_REDRIVE_AFTER`, so the sweep that re-sends
     /// it to the refund queue finds it again only after a whole retry

@@ -99,6 +99,49 @@ async fn a_refund_give_up_whose_answer_is_lost_still_hands_the_refund_to_a_perso
         matches!(out, RefundOutcome::GiveUp(_)),
         "its own give-up, read back as somebody else's, would write no dead letter: {out:?}"
     );
+    // The state the alarm counts: the refund waits for a person until one
+    // resolves it, whatever happened to the give-up's answer.
+    let waiting = store.failed_refunds().await.unwrap();
+    assert_eq!(waiting, [(refund.order_id.clone(), refund.payment_id.clone())]);
+    let at = Timestamp::from_unix_millis(T0 + 100);
+    assert_eq!(store.resolve_failed_refund(&now, "ops", "refunded by hand, re_1", at).await.unwrap(), Cas::Applied);
+    assert!(store.failed_refunds().await.unwrap().is_empty(), "resolved: the alarm's count drops to 0");
+    let resolved = store.refund(&refund.order_id, &refund.payment_id).await.unwrap().unwrap();
+    assert_eq!(resolved.status, RefundStatus::RefundFailed, "a resolution records, it does not rewrite the outcome");
+    assert_eq!(store.resolve_failed_refund(&resolved, "ops", "again", at).await.unwrap(), Cas::Rejected);
+}
+
+#[tokio::test]
+async fn a_failed_refund_that_later_succeeds_leaves_the_failed_refunds() {
+    let clock = FixedClock::at(T0);
+    let store = fresh_table(&dynamodb_local().await).await;
+    let order = open_order(&store, &clock).await;
+    let mut attempts = Vec::new();
+    for _ in 0..2 {
+        let order = store.order(&order.order_id).await.unwrap().unwrap();
+        let a = processing_attempt(&order, clock.now());
+        assert_eq!(store.record_attempt(&order, &a).await.unwrap(), AttemptResult::Recorded);
+        attempts.push(a);
+    }
+    let ev = Evidence { at: clock.now(), source: "test".into(), status: PaymentStatus::Succeeded, detail: None };
+    let open = store.order(&order.order_id).await.unwrap().unwrap();
+    store.settle_success(&open, &attempts[0], "tx-a", ev.clone(), None, "").await.unwrap();
+    let paid = store.order(&order.order_id).await.unwrap().unwrap();
+    store.settle_success(&paid, &attempts[1], "tx-b", ev, None, "n").await.unwrap();
+    let pending = store.refund(&order.order_id, &attempts[1].payment_id).await.unwrap().unwrap();
+    let at = clock.now();
+    assert_eq!(
+        store.update_refund(&pending, RefundStatus::RefundFailed, None, Some("x"), at).await.unwrap(),
+        Cas::Applied
+    );
+    assert_eq!(store.failed_refunds().await.unwrap().len(), 1);
+    // An operator redrove it from the dead-letter queue and it went through.
+    let failed = store.refund(&order.order_id, &attempts[1].payment_id).await.unwrap().unwrap();
+    assert_eq!(
+        store.update_refund(&failed, RefundStatus::Refunded, Some("re_1"), None, at).await.unwrap(),
+        Cas::Applied
+    );
+    assert!(store.failed_refunds().await.unwrap().is_empty());
 }
 
 fn closer(

@@ -121,6 +121,10 @@ pub mod keys {
         format!("{EFFECTS_PREFIX}{}", shard_of(id, count))
     }
     pub const OPEN_PREFIX: &str = "OPEN#";
+    /// The due index's partition of refunds given up on (REFUND_FAILED)
+    /// that no person has resolved yet. The sweep never queries it: its
+    /// entries are a state to count and alarm on, not work to re-drive.
+    pub const FAILED_REFUNDS_SHARD: &str = "FAILED#REFUND";
     pub const EFFECTS_PREFIX: &str = "FX#";
 }
 

@@ -454,11 +454,77 @@ impl PaymentStore for DynamoStore {
             set.push("tries = tries + :one, last_error = :err");
             u = u.expression_attribute_values(":one", n(1)).expression_attribute_values(":err", s(e));
         }
-        // Out of REFUND_PENDING the refund leaves the due index in the same
-        // write: nothing is left for the backstop to re-drive.
-        let remove = if to == RefundStatus::RefundPending { "" } else { " REMOVE due_shard, due_at" };
+        // Out of REFUND_PENDING the refund leaves the effects shards in the
+        // same write: nothing is left for the backstop to re-drive. A
+        // give-up moves it to the failed refunds' partition instead, where
+        // it stays (and its alarm with it) until it is REFUNDED or a person
+        // resolves it.
+        let remove = match to {
+            RefundStatus::RefundPending => "",
+            RefundStatus::RefundFailed => {
+                set.extend(["due_shard = :failed_shard", "due_at = :now"]);
+                u = u.expression_attribute_values(":failed_shard", s(keys::FAILED_REFUNDS_SHARD));
+                ""
+            }
+            _ => " REMOVE due_shard, due_at",
+        };
         u = u.update_expression(format!("SET {}{remove}", set.join(", ")));
         self.cas(u, "update refund").await
+    }
+
+    async fn failed_refunds(&self) -> Result<Vec<(OrderId, PaymentId)>, Unavailable> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client()
+                .query()
+                .table_name(self.table())
+                .index_name(super::due_index::DUE_INDEX)
+                .key_condition_expression("due_shard = :failed")
+                .expression_attribute_values(":failed", s(keys::FAILED_REFUNDS_SHARD))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| Unavailable::new("read failed refunds", e))?;
+            for item in page.items.unwrap_or_default() {
+                let field = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+                let (pk, sk) = (field("pk"), field("sk"));
+                let ids = pk.strip_prefix("ORDER#").zip(sk.strip_prefix("REFUND#"));
+                match ids.map(|(o, p)| (OrderId::parse(o), PaymentId::parse(p))) {
+                    Some((Ok(o), Ok(p))) => out.push((o, p)),
+                    _ => tracing::warn!(pk, sk, "an entry in the failed refunds' partition that is not a refund"),
+                }
+            }
+            match page.last_evaluated_key {
+                Some(k) => start = Some(k),
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+
+    async fn resolve_failed_refund(
+        &self,
+        refund: &Refund,
+        by: &str,
+        note: &str,
+        now: Timestamp,
+    ) -> Result<Cas, Unavailable> {
+        let req = self
+            .client()
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(key(keys::order(&refund.order_id), &keys::refund_sk(&refund.payment_id))))
+            .update_expression("SET resolved_by = :by, resolved_at = :now, resolution = :note REMOVE due_shard, due_at")
+            .condition_expression("#status = :failed AND due_shard = :failed_shard")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":failed", s(RefundStatus::RefundFailed.as_str()))
+            .expression_attribute_values(":failed_shard", s(keys::FAILED_REFUNDS_SHARD))
+            .expression_attribute_values(":by", s(by))
+            .expression_attribute_values(":note", s(note))
+            .expression_attribute_values(":now", s(now.to_string()));
+        self.cas(req, "resolve failed refund").await
     }
 
     async fn redrive_refund(&self, refund: &Refund, now: Timestamp) -> Result<Cas, Unavailable> {

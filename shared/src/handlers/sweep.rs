@@ -2,8 +2,9 @@
 //! with the report (what a manual `aws lambda invoke` prints).
 
 use crate::aws::seconds_env;
+use crate::metrics;
 use crate::ports::{Clock, Redrive};
-use crate::store::DueIndex;
+use crate::store::{DueIndex, PaymentStore};
 use crate::usecases::sweep::{emit_metrics, sweep, SweepConfig};
 use serde_json::{json, Value};
 
@@ -31,7 +32,7 @@ pub fn config_from_env() -> Result<SweepConfig, lambda_runtime::Error> {
     Ok(cfg)
 }
 
-pub async fn run_sweep<I: DueIndex, R: Redrive>(
+pub async fn run_sweep<I: DueIndex + PaymentStore, R: Redrive>(
     index: &I,
     redrive: &R,
     clock: &dyn Clock,
@@ -43,7 +44,9 @@ pub async fn run_sweep<I: DueIndex, R: Redrive>(
     let report = sweep(index, redrive, clock, cfg).await?;
     let duration = started.until(clock.now());
     emit_metrics(&report, duration);
+    let refunds_failed = count_failed_refunds(index).await;
     Ok(json!({
+        "refunds_failed": refunds_failed,
         "shards": report.shards,
         "queries": report.queries,
         "items_read": report.items_read,
@@ -58,4 +61,24 @@ pub async fn run_sweep<I: DueIndex, R: Redrive>(
         "unfinished_shards": report.unfinished,
         "duration_ms": duration.as_millis() as u64,
     }))
+}
+
+/// The refunds given up on and not yet resolved, as a metric every run
+/// (0 included), so that their alarm is raised while one exists and clears
+/// when the last is resolved. A failed read is logged and leaves the
+/// metric out for this run: the alarm keeps its state.
+async fn count_failed_refunds<S: PaymentStore>(store: &S) -> Option<usize> {
+    match store.failed_refunds().await {
+        Ok(failed) => {
+            for (order_id, payment_id) in &failed {
+                tracing::warn!(%order_id, %payment_id, "refund REFUND_FAILED, waiting for a person (runbook: RefundsFailedAlarm)");
+            }
+            metrics::REFUNDS_FAILED.count(failed.len() as u64);
+            Some(failed.len())
+        }
+        Err(e) => {
+            tracing::error!(error = %crate::error::error_chain(&e), "failed refunds not counted");
+            None
+        }
+    }
 }

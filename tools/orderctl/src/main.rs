@@ -21,6 +21,7 @@ mod logs;
 mod output;
 mod queues;
 mod reconcile;
+mod refunds;
 mod settings;
 mod show;
 mod signed;
@@ -59,7 +60,8 @@ Examples:
   orderctl check ord_01JD…                 force-check (recorded with your IAM identity)
   orderctl redrive close-dlq               CloseDLQ back to CloseQueue, with a count
   orderctl reconcile                       run reconciliation now, report by kind
-  orderctl stock sku-1                     available / reserved / sold / price
+  orderctl stock sku-1                     available / reserved / sold / price, audited changes
+  orderctl refunds failed                  refunds given up on, waiting for a person
   orderctl events ord_01JD…                the order's integration events
   orderctl --stack order-expiry-prod stuck against a deployed stack (AWS_PROFILE=…)";
 
@@ -78,6 +80,27 @@ struct Cli {
     env_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Subcommand)]
+enum RefundsCommand {
+    /// List them (what keeps RefundsFailedAlarm raised).
+    Failed,
+    /// Record that one was dealt with (refunded by hand at the provider, or
+    /// found not owed): it stays REFUND_FAILED, leaves the list, and the
+    /// alarm clears with the last one.
+    Resolve {
+        /// The order id (ord_…).
+        order_id: String,
+        /// The payment id (pay_…) the refund is for.
+        payment_id: String,
+        /// How it was dealt with (e.g. "refunded by hand, re_3Q…").
+        #[arg(long)]
+        note: String,
+        /// Who dealt with it [default: $USER].
+        #[arg(long)]
+        by: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -116,6 +139,11 @@ enum Command {
     },
     /// Run the reconcile function now and print its report by kind.
     Reconcile,
+    /// Refunds given up on (REFUND_FAILED) that wait for a person.
+    Refunds {
+        #[command(subcommand)]
+        command: RefundsCommand,
+    },
     /// A SKU's stock, catalog price and audited changes (and whether its counts agree with them).
     Stock {
         /// The SKU.
@@ -172,6 +200,10 @@ async fn run(cli: Cli) -> error::Result<ExitCode> {
             })
         }
         Command::Stock { sku } => stock::run(&stack, &sku, json).await?,
+        Command::Refunds { command: RefundsCommand::Failed } => refunds::failed(&stack, json).await?,
+        Command::Refunds { command: RefundsCommand::Resolve { order_id, payment_id, note, by } } => {
+            refunds::resolve(&stack, &order_id, &payment_id, &note, by).await?
+        }
         Command::Events { order_id } => events::run(&stack, &order_id, json).await?,
     }
     Ok(ExitCode::SUCCESS)
