@@ -430,8 +430,8 @@ pub enum StockWritten {
     /// A change with this idempotency key was applied before (by an
     /// earlier request, or by this one whose answer was lost): its record.
     KeyUsed(StockChangeRecord),
-    /// The SKU is not at the version the change was planned from, or no
-    /// longer allows it: the SKU as it is now (`None`: it does not exist).
+    /// The SKU no longer allows the change as planned: the SKU as it is
+    /// now (`None`: it does not exist), to plan it again from.
     Moved(Option<Stock>),
 }
 
@@ -441,12 +441,13 @@ pub enum StockWritten {
 pub trait StockLedger: Send + Sync {
     /// Writes `change` (planned by [`crate::domain::catalog::plan`] from
     /// the SKU as read) and its record in one transaction: a seed only if
-    /// the SKU does not exist, any other change only if the SKU is still at
-    /// version `change.seq - 1` and, for an adjustment, `available` still
-    /// allows it; the record only if its key was never used for the SKU.
+    /// the SKU does not exist, any other change only if its own condition
+    /// still holds (a swap's count, an adjustment's `available + d >= 0`);
+    /// the record only if its key was never used for the SKU.
     async fn change_stock(&self, change: &StockChangeRecord) -> Result<StockWritten, Unavailable>;
     /// The record of the change made with `key`, if there was one.
     async fn stock_change(&self, sku: &Sku, key: &IdempotencyKey) -> Result<Option<StockChangeRecord>, Unavailable>;
-    /// Every change of the SKU, oldest first.
+    /// Every change of the SKU (in no order: see
+    /// [`crate::domain::catalog::with_supply`]).
     async fn stock_changes(&self, sku: &Sku) -> Result<Vec<StockChangeRecord>, Unavailable>;
 }

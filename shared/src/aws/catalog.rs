@@ -14,60 +14,89 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
 
 /// The update of the SKU's record for `change`, with its condition.
+/// `supplied` and `changes` move by the change's delta and by one, added
+/// rather than set, so that concurrent changes of one SKU do not refuse
+/// each other; only the first change of a SKU seeded before changes were
+/// recorded sets them (from its baseline), and only once.
 fn stock_update(store: &DynamoStore, c: &StockChangeRecord) -> Update {
     let mut u = Update::builder()
         .table_name(store.table())
         .set_key(Some(key(keys::sku(&c.sku), keys::STOCK_SK)))
-        .expression_attribute_values(":supplied", n(c.supplied_after))
-        .expression_attribute_values(":seq", n(c.seq))
         .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-    // Any change but a seed is made only to the version it was planned
-    // from; a SKU seeded before changes were recorded has no `changes`.
-    let version = if c.seq <= 1 {
-        "attribute_not_exists(changes)".to_owned()
-    } else {
-        u = u.expression_attribute_values(":was_seq", n(c.seq - 1));
-        "changes = :was_seq".to_owned()
-    };
-    let (set, condition) = match c.kind {
+    let mut set: Vec<&str> = Vec::new();
+    let mut add: Vec<&str> = Vec::new();
+    let mut conditions: Vec<&str> = Vec::new();
+    match c.kind {
         StockChangeKind::Seed => {
             u = u
                 .expression_attribute_values(":a", n(c.available_after.unwrap_or(c.delta)))
                 .expression_attribute_values(":zero", n(0))
+                .expression_attribute_values(":one", n(1))
                 .expression_attribute_values(":sku", s(c.sku.as_str()))
                 .expression_attribute_values(":e", s("STOCK"));
-            (
-                Some("available = :a, reserved = :zero, sold = :zero, sku = :sku, entity = :e"),
-                "attribute_not_exists(pk)".into(),
-            )
+            set.extend([
+                "available = :a",
+                "reserved = :zero",
+                "sold = :zero",
+                "sku = :sku",
+                "entity = :e",
+                "supplied = :a",
+                "changes = :one",
+            ]);
+            conditions.push("attribute_not_exists(pk)");
         }
-        StockChangeKind::Swap => {
-            u = u
-                .expression_attribute_values(":a", n(c.available_after.unwrap_or_default()))
-                .expression_attribute_values(":was", n(c.available_before.unwrap_or_default()));
-            (Some("available = :a"), format!("attribute_exists(pk) AND {version} AND available = :was"))
+        kind => {
+            conditions.push("attribute_exists(pk)");
+            match c.baseline {
+                // The history starts here: only if no other change started it.
+                Some(b) => {
+                    u = u
+                        .expression_attribute_values(":supplied", n(b + c.delta))
+                        .expression_attribute_values(":one", n(1));
+                    set.extend(["supplied = :supplied", "changes = :one"]);
+                    conditions.push("attribute_not_exists(changes)");
+                }
+                None => {
+                    u = u.expression_attribute_values(":d", n(c.delta)).expression_attribute_values(":one", n(1));
+                    add.extend(["supplied :d", "changes :one"]);
+                    conditions.push("attribute_exists(changes)");
+                }
+            }
+            match kind {
+                StockChangeKind::Swap => {
+                    u = u
+                        .expression_attribute_values(":a", n(c.available_after.unwrap_or_default()))
+                        .expression_attribute_values(":was", n(c.available_before.unwrap_or_default()));
+                    set.push("available = :a");
+                    conditions.push("available = :was");
+                }
+                StockChangeKind::Adjust => {
+                    // Condition expressions have no arithmetic: `available +
+                    // d >= 0` is written as `available >= -d`.
+                    u = u
+                        .expression_attribute_values(":delta", n(c.delta))
+                        .expression_attribute_values(":min", n(c.delta.saturating_neg().max(0)));
+                    set.push("available = available + :delta");
+                    conditions.push("available >= :min");
+                }
+                _ => {}
+            }
         }
-        StockChangeKind::Adjust => {
-            // Condition expressions have no arithmetic: `available + d >= 0`
-            // is written as `available >= -d`.
-            u = u
-                .expression_attribute_values(":d", n(c.delta))
-                .expression_attribute_values(":min", n(c.delta.saturating_neg().max(0)));
-            (Some("available = available + :d"), format!("attribute_exists(pk) AND {version} AND available >= :min"))
-        }
-        StockChangeKind::Reprice => (None, format!("attribute_exists(pk) AND {version}")),
-    };
-    let mut set: Vec<&str> = set.into_iter().chain(["supplied = :supplied", "changes = :seq"]).collect();
+    }
     if let Some(price) = &c.price {
         set.extend(["price = :price", "currency = :currency"]);
         u = u
             .expression_attribute_values(":price", n(price.amount))
             .expression_attribute_values(":currency", s(price.currency.as_str()));
     }
-    u.update_expression(format!("SET {}", set.join(", ")))
-        .condition_expression(condition)
-        .build()
-        .expect("complete update")
+    let mut expr = String::new();
+    if !set.is_empty() {
+        expr = format!("SET {}", set.join(", "));
+    }
+    if !add.is_empty() {
+        expr.push_str(&format!(" ADD {}", add.join(", ")));
+    }
+    u.update_expression(expr.trim()).condition_expression(conditions.join(" AND ")).build().expect("complete update")
 }
 
 /// The audit record, written only if its key was never used for the SKU.
@@ -90,6 +119,64 @@ fn decoded<T: serde::de::DeserializeOwned>(item: Option<Item>, what: &'static st
     match item {
         Some(item) if !item.is_empty() => from_item(item, what).map(Some),
         _ => Ok(None),
+    }
+}
+
+impl DynamoStore {
+    /// A SKU's stock row and its change records as of one moment: the
+    /// records are read before and after the row, and the three reads are
+    /// kept only when no change landed in between (records are only ever
+    /// added, each in the transaction that moves the row's `changes`).
+    /// `None` when changes kept landing on every try.
+    pub async fn stock_with_changes(
+        &self,
+        sku: &Sku,
+    ) -> Result<Option<(Option<Stock>, Vec<StockChangeRecord>)>, Unavailable> {
+        for _ in 0..3 {
+            let before = self.stock_changes(sku).await?;
+            let stock = crate::store::OrderStore::stock(self, sku).await?;
+            let after = self.stock_changes(sku).await?;
+            if before.len() == after.len() {
+                return Ok(Some((stock, after)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Replaces, in a scan's reading, each SKU whose row and records
+    /// disagree on how many changes were made with a reading of one moment
+    /// ([`Self::stock_with_changes`]): a scan is not a snapshot, and a
+    /// change landing between its read of a SKU's records (which sort
+    /// first) and of its row is not a discrepancy.
+    pub(crate) async fn settle_stock_reads(
+        &self,
+        snapshot: &mut crate::store::TableSnapshot,
+    ) -> Result<(), Unavailable> {
+        use std::collections::BTreeMap;
+        let mut counted: BTreeMap<Sku, usize> = BTreeMap::new();
+        for c in &snapshot.stock_changes {
+            *counted.entry(c.sku.clone()).or_default() += 1;
+        }
+        let rows: BTreeMap<Sku, u64> = snapshot.stocks.iter().map(|s| (s.sku.clone(), s.changes)).collect();
+        let mut unsettled: Vec<Sku> = Vec::new();
+        for (sku, n) in &counted {
+            if rows.get(sku).map(|c| *c as usize) != Some(*n) {
+                unsettled.push(sku.clone());
+            }
+        }
+        for (sku, changes) in &rows {
+            if *changes > 0 && !counted.contains_key(sku) {
+                unsettled.push(sku.clone());
+            }
+        }
+        for sku in unsettled {
+            let Some((stock, records)) = self.stock_with_changes(&sku).await? else { continue };
+            snapshot.stocks.retain(|s| s.sku != sku);
+            snapshot.stock_changes.retain(|c| c.sku != sku);
+            snapshot.stocks.extend(stock);
+            snapshot.stock_changes.extend(records);
+        }
+        Ok(())
     }
 }
 
@@ -141,7 +228,6 @@ impl StockLedger for DynamoStore {
                 None => break,
             }
         }
-        out.sort_by_key(|r| r.seq);
         Ok(out)
     }
 }

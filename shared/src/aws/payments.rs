@@ -321,6 +321,9 @@ impl PaymentStore for DynamoStore {
                         notification: refund_notice.into(),
                         order_version: order.version,
                         updated_at: None,
+                        resolved_by: None,
+                        resolved_at: None,
+                        resolution: None,
                     };
                     let mut item: Item = serde_dynamo::to_item(&refund).expect("serialisable");
                     item.extend(key(keys::order(&order.order_id), &keys::refund_sk(&payment.payment_id)));
@@ -517,10 +520,11 @@ impl PaymentStore for DynamoStore {
             .table_name(self.table())
             .set_key(Some(key(keys::order(&refund.order_id), &keys::refund_sk(&refund.payment_id))))
             .update_expression("SET resolved_by = :by, resolved_at = :now, resolution = :note REMOVE due_shard, due_at")
-            .condition_expression("#status = :failed AND due_shard = :failed_shard")
+            // Not on the failed refunds' partition: a refund given up on
+            // before it existed is resolved the same way.
+            .condition_expression("#status = :failed AND attribute_not_exists(resolved_at)")
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":failed", s(RefundStatus::RefundFailed.as_str()))
-            .expression_attribute_values(":failed_shard", s(keys::FAILED_REFUNDS_SHARD))
             .expression_attribute_values(":by", s(by))
             .expression_attribute_values(":note", s(note))
             .expression_attribute_values(":now", s(now.to_string()));
@@ -624,6 +628,7 @@ impl PaymentStore for DynamoStore {
             snapshot.orders.extend(record);
             snapshot.undecodable.extend(bad.iter().map(|(item, e)| undecodable(item, e)));
         }
+        self.settle_stock_reads(&mut snapshot).await?;
         Ok(snapshot)
     }
 }

@@ -3,17 +3,20 @@
 //! Orders move units between `available`, `reserved` and `sold` but never
 //! create or destroy one, so `available + reserved + sold` of a SKU only
 //! changes when an operator changes the supply. Every such change is
-//! written together with a [`StockChangeRecord`] (who, when, the delta and
-//! the supply before and after) in one transaction, keyed by the change's
-//! idempotency key: a change whose answer was lost, re-sent by the SDK or
-//! by the operator, finds its own record and is applied once. The SKU's
-//! `supplied` and `changes` (the last record's sequence number) move in the
-//! same write, so reconciliation can check the counts against the records.
+//! written together with a [`StockChangeRecord`] (who, when, what, the
+//! delta) in one transaction, keyed by the change's idempotency key: a
+//! change whose answer was lost, re-sent by the SDK or by the operator,
+//! finds its own record and is applied once. The SKU's `supplied` (the sum
+//! of the deltas) and `changes` (how many records there are) move by the
+//! same amounts in the same write, so reconciliation can check the counts
+//! against the records, and the supply before and after each change is
+//! the running sum of the history in the order the changes were made.
 //!
-//! [`plan`] decides a change from the SKU as read: the write the store
-//! makes, or the refusal. The store writes it only if the SKU is still at
-//! the version that was read (`changes`), and for a relative change only if
-//! `available` still allows it.
+//! The writes add to `supplied` and `changes` rather than setting them, so
+//! concurrent changes of one SKU (and the orders reserving from it) never
+//! refuse each other: only a change's own condition can refuse it (a swap's
+//! `if_available`, an adjustment's `available + d >= 0`). [`plan`] decides
+//! a change from the SKU as read: the record to write, or the refusal.
 
 use super::*;
 use serde::{Deserialize, Serialize};
@@ -59,18 +62,17 @@ pub enum StockChangeKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StockChangeRecord {
     pub sku: Sku,
-    /// 1 for the seed, then one more per change: the SKU's `changes` is
-    /// the last one, so a missing record shows as a gap.
-    pub seq: u64,
     /// The request's `Idempotency-Key` (or one made for a request that
     /// came without, which still makes the SDK's own re-sends harmless).
     pub key: IdempotencyKey,
     pub kind: StockChangeKind,
     /// Units added to the supply (negative: removed); 0 for a price.
     pub delta: i64,
-    /// `available + reserved + sold` before and after.
-    pub supplied_before: i64,
-    pub supplied_after: i64,
+    /// On the first recorded change of a SKU seeded before changes were
+    /// recorded: its supply until then (`available + reserved + sold`,
+    /// which orders never change), where its history starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<i64>,
     /// A swap's (and a seed's) exact `available` before and after. A
     /// relative change has none: orders move `available` concurrently, so
     /// only the delta is exact.
@@ -122,14 +124,12 @@ pub fn plan(
     current: Option<&Stock>,
     req: &Requested,
 ) -> Result<StockChangeRecord, StockRefusal> {
-    let record = |kind, seq, before: i64, delta: i64| StockChangeRecord {
+    let record = |kind, delta: i64| StockChangeRecord {
         sku: sku.clone(),
-        seq,
         key: req.key.clone(),
         kind,
         delta,
-        supplied_before: before,
-        supplied_after: before + delta,
+        baseline: None,
         available_before: None,
         available_after: None,
         price: None,
@@ -143,7 +143,7 @@ pub fn plan(
                 available_before: Some(0),
                 available_after: Some(*available),
                 price: Some(price.clone()),
-                ..record(StockChangeKind::Seed, 1, 0, *available)
+                ..record(StockChangeKind::Seed, *available)
             })
         }
         (StockChange::Seed { .. }, Some(s)) => {
@@ -152,23 +152,42 @@ pub fn plan(
         (_, None) => return Err(StockRefusal::Missing),
         (_, Some(s)) => s,
     };
-    let (seq, before) = (s.changes + 1, supplied(s));
-    match change {
+    let planned = match change {
         StockChange::Seed { .. } => unreachable!("decided above"),
-        StockChange::Swap { available, expected } if s.available == *expected => Ok(StockChangeRecord {
+        StockChange::Swap { available, expected } if s.available == *expected => StockChangeRecord {
             available_before: Some(*expected),
             available_after: Some(*available),
-            ..record(StockChangeKind::Swap, seq, before, available - expected)
-        }),
+            ..record(StockChangeKind::Swap, available - expected)
+        },
         StockChange::Swap { expected, .. } => {
-            Err(StockRefusal::Changed { available: s.available, expected: *expected })
+            return Err(StockRefusal::Changed { available: s.available, expected: *expected })
         }
-        StockChange::Adjust(d) if s.available + d >= 0 => Ok(record(StockChangeKind::Adjust, seq, before, *d)),
-        StockChange::Adjust(d) => Err(StockRefusal::Insufficient { available: s.available, delta: *d }),
+        StockChange::Adjust(d) if s.available + d >= 0 => record(StockChangeKind::Adjust, *d),
+        StockChange::Adjust(d) => return Err(StockRefusal::Insufficient { available: s.available, delta: *d }),
         StockChange::Reprice(price) => {
-            Ok(StockChangeRecord { price: Some(price.clone()), ..record(StockChangeKind::Reprice, seq, before, 0) })
+            StockChangeRecord { price: Some(price.clone()), ..record(StockChangeKind::Reprice, 0) }
         }
-    }
+    };
+    // A SKU seeded before changes were recorded starts its history here.
+    let baseline = (s.changes == 0).then(|| supplied(s));
+    Ok(StockChangeRecord { baseline, ..planned })
+}
+
+/// A SKU's history in the order its changes were made, each with the
+/// supply before and after it (the running sum of the deltas from the
+/// history's start).
+pub fn with_supply(records: &[StockChangeRecord]) -> Vec<(i64, i64, &StockChangeRecord)> {
+    let mut sorted: Vec<&StockChangeRecord> = records.iter().collect();
+    sorted.sort_by(|a, b| (a.at, a.key.as_str()).cmp(&(b.at, b.key.as_str())));
+    let mut total = 0;
+    sorted
+        .into_iter()
+        .map(|r| {
+            let before = r.baseline.unwrap_or(total);
+            total = before + r.delta;
+            (before, total, r)
+        })
+        .collect()
 }
 
 /// What a SKU's audit records say against its counts: empty when they
@@ -180,24 +199,14 @@ pub fn audit_disagreements(stock: &Stock, records: &[StockChangeRecord]) -> Vec<
         // nothing to compare with.
         return out;
     }
-    let mut sorted: Vec<&StockChangeRecord> = records.iter().collect();
-    sorted.sort_by_key(|r| r.seq);
-    let seqs: Vec<u64> = sorted.iter().map(|r| r.seq).collect();
-    if seqs != (1..=stock.changes).collect::<Vec<_>>() {
-        out.push(format!("changes {} but audit records numbered {seqs:?}", stock.changes));
+    if records.len() as u64 != stock.changes {
+        out.push(format!("changes {} but {} audit records", stock.changes, records.len()));
     }
-    // Each record starts where the one before it ended; the first starts at
-    // 0 (a seed) or at the counts of a SKU seeded before records were kept.
-    for pair in sorted.windows(2) {
-        if pair[1].supplied_before != pair[0].supplied_after {
-            out.push(format!(
-                "change {} starts at supplied {}, change {} ended at {}",
-                pair[1].seq, pair[1].supplied_before, pair[0].seq, pair[0].supplied_after
-            ));
-        }
+    let baselines: Vec<i64> = records.iter().filter_map(|r| r.baseline).collect();
+    if baselines.len() > 1 {
+        out.push(format!("{} records each start the history", baselines.len()));
     }
-    let base = sorted.first().map_or(0, |r| r.supplied_before);
-    let total = base + sorted.iter().map(|r| r.delta).sum::<i64>();
+    let total = baselines.iter().sum::<i64>() + records.iter().map(|r| r.delta).sum::<i64>();
     if stock.supplied != total {
         out.push(format!("supplied {} but the audit records add up to {total}", stock.supplied));
     }
@@ -244,9 +253,9 @@ mod tests {
     }
 
     #[test]
-    fn a_seed_starts_the_history_at_one() {
+    fn a_seed_starts_the_history() {
         let r = plan(&sku(), &StockChange::Seed { available: 5, price: eur(100) }, None, &req()).unwrap();
-        assert_eq!((r.seq, r.delta, r.supplied_before, r.supplied_after), (1, 5, 0, 5));
+        assert_eq!((r.kind, r.delta, r.baseline), (StockChangeKind::Seed, 5, None));
         assert_eq!((r.available_before, r.available_after), (Some(0), Some(5)));
         assert_eq!(r.price, Some(eur(100)));
     }
@@ -262,21 +271,24 @@ mod tests {
             assert_eq!(plan(&sku(), &change, None, &req()), Err(StockRefusal::Missing));
         }
         let swap = plan(&sku(), &StockChange::Swap { available: 10, expected: 4 }, Some(&s), &req()).unwrap();
-        assert_eq!((swap.seq, swap.delta, swap.supplied_before, swap.supplied_after), (8, 6, 9, 15));
+        assert_eq!((swap.delta, swap.baseline), (6, None));
         assert_eq!((swap.available_before, swap.available_after), (Some(4), Some(10)));
         assert_eq!(
             plan(&sku(), &StockChange::Swap { available: 10, expected: 5 }, Some(&s), &req()),
             Err(StockRefusal::Changed { available: 4, expected: 5 })
         );
         let down = plan(&sku(), &StockChange::Adjust(-4), Some(&s), &req()).unwrap();
-        assert_eq!((down.seq, down.delta, down.supplied_after, down.available_after), (8, -4, 5, None));
+        assert_eq!((down.delta, down.available_after), (-4, None));
         assert_eq!(
             plan(&sku(), &StockChange::Adjust(-5), Some(&s), &req()),
             Err(StockRefusal::Insufficient { available: 4, delta: -5 })
         );
         let price = plan(&sku(), &StockChange::Reprice(eur(250)), Some(&s), &req()).unwrap();
-        assert_eq!((price.delta, price.supplied_after, price.price), (0, 9, Some(eur(250))));
+        assert_eq!((price.delta, price.price), (0, Some(eur(250))));
         assert_eq!(price.sku, s.sku);
+        // A SKU seeded before changes were recorded: its history starts at its counts.
+        let legacy = plan(&sku(), &StockChange::Adjust(1), Some(&stock(4, 3, 2, 0)), &req()).unwrap();
+        assert_eq!(legacy.baseline, Some(9));
     }
 
     #[test]
@@ -298,6 +310,17 @@ mod tests {
     }
 
     #[test]
+    fn the_supply_before_and_after_each_change_is_the_running_sum_of_the_history() {
+        let at = |ms| Requested { at: Timestamp::from_unix_millis(ms), ..req() };
+        let seed = plan(&sku(), &StockChange::Seed { available: 5, price: eur(1) }, None, &at(1)).unwrap();
+        let s = stock(5, 0, 0, 1);
+        let up = plan(&sku(), &StockChange::Adjust(3), Some(&s), &at(2)).unwrap();
+        let down = plan(&sku(), &StockChange::Adjust(-1), Some(&s), &at(3)).unwrap();
+        let rows: Vec<(i64, i64)> = with_supply(&[down, seed, up]).iter().map(|(b, a, _)| (*b, *a)).collect();
+        assert_eq!(rows, [(0, 5), (5, 8), (8, 7)]);
+    }
+
+    #[test]
     fn audit_disagreements_name_each_broken_identity() {
         let seed = plan(&sku(), &StockChange::Seed { available: 5, price: eur(1) }, None, &req()).unwrap();
         let mut s = stock(3, 1, 1, 1);
@@ -310,16 +333,19 @@ mod tests {
         // A delta applied twice: supplied and the counts agree, the records do not.
         let mut twice = stock(7, 1, 1, 2);
         twice.supplied = 9;
-        let adjust = StockChangeRecord { seq: 2, delta: 2, supplied_before: 5, supplied_after: 7, ..seed.clone() };
+        let adjust = StockChangeRecord { kind: StockChangeKind::Adjust, delta: 2, ..seed.clone() };
         let found = audit_disagreements(&twice, &[seed.clone(), adjust]);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].contains("add up to 7"), "{found:?}");
         // A record missing from the history.
         let found = audit_disagreements(&stock(5, 0, 0, 2), std::slice::from_ref(&seed));
-        assert!(found.iter().any(|f| f.contains("numbered [1]")), "{found:?}");
-        // Seeded before changes were recorded: nothing to say.
+        assert!(found.iter().any(|f| f.contains("changes 2 but 1 audit records")), "{found:?}");
+        // Seeded before changes were recorded: nothing to say, then its
+        // baseline starts the history.
         let mut legacy = stock(5, 0, 0, 0);
         legacy.supplied = 0;
         assert!(audit_disagreements(&legacy, &[]).is_empty());
+        let first = plan(&sku(), &StockChange::Adjust(2), Some(&legacy), &req()).unwrap();
+        assert!(audit_disagreements(&stock(7, 0, 0, 1), &[first]).is_empty());
     }
 }

@@ -464,6 +464,9 @@ pub mod examples {
             user_id: Some(UserId::parse("u1").unwrap()),
             order_version: 3,
             updated_at: None,
+            resolved_by: None,
+            resolved_at: None,
+            resolution: None,
         }
     }
 

@@ -30,6 +30,15 @@ pub struct Refund {
     /// before the field existed read 0.
     #[serde(default)]
     pub order_version: u64,
+    /// A person's resolution of a REFUND_FAILED refund (refunded by hand
+    /// at the provider, or found not owed): the refund keeps its status,
+    /// leaves the failed refunds' list, and is never tried again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<String>,
     /// The order's buyer, for the refund's integration events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_id: Option<super::UserId>,

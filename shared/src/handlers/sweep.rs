@@ -41,10 +41,13 @@ pub async fn run_sweep<I: DueIndex + PaymentStore, R: Redrive>(
     let started = clock.now();
     // A failure to read the index fails the invocation: the Errors metric
     // and the missing SweepCompleted point both show it.
-    let report = sweep(index, redrive, clock, cfg).await?;
+    let report = sweep(index, redrive, clock, cfg).await;
+    // Counted whatever became of the run: the alarm on refunds waiting for
+    // a person must not go quiet while the sweep keeps failing.
+    let refunds_failed = count_failed_refunds(index).await;
+    let report = report?;
     let duration = started.until(clock.now());
     emit_metrics(&report, duration);
-    let refunds_failed = count_failed_refunds(index).await;
     Ok(json!({
         "refunds_failed": refunds_failed,
         "shards": report.shards,

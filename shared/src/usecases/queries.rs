@@ -4,22 +4,24 @@
 
 use crate::domain::catalog::{self, StockRefusal};
 use crate::domain::*;
-use crate::ports::{Clock, IdGen, Unavailable};
+use crate::ports::{Clock, IdGen};
 use crate::store::{Coupon, OrderStore, PutCoupon, Stock, StockLedger, StockWritten};
 use crate::usecases::UseCaseError;
-use tracing::info;
+use tracing::{info, warn};
 
 /// Upper bound of an operator's stock count or adjustment.
 pub const MAX_STOCK: i64 = 1_000_000_000;
 
 pub use crate::domain::catalog::StockChange;
 
-/// How many times a change is planned again when the SKU moved between
-/// the read and the write. Orders never move a SKU's version (`changes`),
-/// so only another operator's change of the same SKU at the same moment
-/// does; each retry starts from the SKU as the failed write saw it, after
-/// a short random pause that lets concurrent changes fall into a sequence.
-const STOCK_CHANGE_ATTEMPTS: u32 = 10;
+/// How long a change keeps being planned again while the SKU moves
+/// between the read and the write in a way its condition cares about (a
+/// swap's count changed, stock was reserved), or while another first change
+/// of a SKU seeded before changes were recorded wins. Each round plans again
+/// from the SKU as the failed write saw it (no read), after a short random
+/// pause. Well inside the order API's 10 s: past it the answer is 409
+/// `stock_busy`, and the same request may be sent again.
+const STOCK_CHANGE_BUDGET: std::time::Duration = std::time::Duration::from_secs(6);
 
 /// Who asks for a stock change, and under which key.
 #[derive(Debug, Clone)]
@@ -64,26 +66,33 @@ pub async fn put_stock<S: OrderStore + StockLedger>(
     }
     let asked = catalog::Requested { key, by: req.by, at: now };
     let mut current = store.stock(sku).await?;
-    for attempt in 0..STOCK_CHANGE_ATTEMPTS {
+    let started = std::time::Instant::now();
+    let mut rounds = 0u32;
+    while started.elapsed() < STOCK_CHANGE_BUDGET {
+        rounds += 1;
         let planned = catalog::plan(sku, &req.change, current.as_ref(), &asked).map_err(|r| refusal(sku, r))?;
         match store.change_stock(&planned).await? {
             StockWritten::Applied => {
-                info!(%sku, seq = planned.seq, delta = planned.delta, by = %planned.by, key = %planned.key, "stock changed");
+                info!(%sku, delta = planned.delta, by = %planned.by, key = %planned.key, "stock changed");
                 let stock = store.stock(sku).await?.ok_or_else(|| UseCaseError::not_found(format!("sku {sku}")))?;
                 return Ok(StockChanged { stock, replayed: false });
             }
             StockWritten::KeyUsed(done) => return replay(store, sku, &req.change, &done).await,
             StockWritten::Moved(now) => {
                 current = now;
-                let pause = rand::random::<u64>() % (10 * u64::from(attempt + 1));
+                let pause = rand::random::<u64>() % 20;
                 tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
             }
         }
     }
-    Err(UseCaseError::Unavailable(Unavailable::new(
-        "change stock",
-        format!("sku {sku} changed under each of {STOCK_CHANGE_ATTEMPTS} attempts"),
-    )))
+    warn!(%sku, rounds, "stock change not written: other changes of the sku kept winning");
+    Err(UseCaseError::conflict(
+        "stock_busy",
+        format!(
+            "sku {sku} is being changed by other requests right now; send the same request again (same \
+             Idempotency-Key) in a moment"
+        ),
+    ))
 }
 
 /// The answer to a key used before: the SKU as it is now, or a refusal
@@ -103,7 +112,7 @@ async fn replay<S: OrderStore>(
             ),
         ));
     }
-    info!(%sku, seq = done.seq, key = %done.key, "idempotent replay of a stock change");
+    info!(%sku, key = %done.key, "idempotent replay of a stock change");
     let stock = store.stock(sku).await?.ok_or_else(|| UseCaseError::not_found(format!("sku {sku}")))?;
     Ok(StockChanged { stock, replayed: true })
 }

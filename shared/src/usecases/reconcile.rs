@@ -340,6 +340,8 @@ pub fn reconcile(snapshot: &TableSnapshot, statement: Option<&Statement>, bounds
                         Some(&p.payment_id),
                         "refund REFUNDED locally, not at the channel".into(),
                     ),
+                    // A person refunded it by hand and recorded that.
+                    (RefundStatus::RefundFailed, true) if f.resolved_by.is_some() => {}
                     (RefundStatus::RefundPending | RefundStatus::RefundFailed, true) => push(
                         "refund_state_mismatch",
                         &o.order_id,
@@ -525,6 +527,9 @@ mod tests {
             notification: "n".into(),
             order_version: 0,
             updated_at: None,
+            resolved_by: None,
+            resolved_at: None,
+            resolution: None,
             user_id: None,
         }
     }

@@ -91,6 +91,13 @@ pub async fn process_refund<S: PaymentStore, C: PaymentChannel>(
     if refund.status == RefundStatus::Refunded {
         return Ok(RefundOutcome::AlreadyDone);
     }
+    if let Some(by) = &refund.resolved_by {
+        // A person dealt with it (refunded by hand, or found it not owed):
+        // its dead letter coming back with a redrive of the queue must not
+        // move money a second time.
+        info!(resolved_by = %by, "refund resolved by a person; not tried again");
+        return Ok(RefundOutcome::AlreadyDone);
+    }
     let Some(attempt) = store.attempt(payment_id).await? else {
         return Err(Unavailable::new("refund", format!("the payment attempt {payment_id} of the refund is missing")));
     };

@@ -7,21 +7,23 @@ use crate::error::{CliError, Result};
 use crate::output::{print_json, table};
 use crate::settings::Stack;
 use order_core::aws::dynamo::DynamoStore;
-use order_core::domain::catalog::audit_disagreements;
+use order_core::domain::catalog::{audit_disagreements, with_supply};
 use order_core::domain::Sku;
-use order_core::store::{OrderStore, StockLedger};
 use serde_json::json;
 
 pub async fn run(stack: &Stack, sku: &str, json_out: bool) -> Result<()> {
     let sku = Sku::parse(sku).map_err(|e| CliError::new(format!("{sku:?} is not a SKU: {}", e.0), ""))?;
     let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&stack.sdk), stack.table()?);
-    let s = store.stock(&sku).await?.ok_or_else(|| {
+    let (s, history) = store
+        .stock_with_changes(&sku)
+        .await?
+        .ok_or_else(|| CliError::new(format!("sku {sku} kept changing while it was read"), "run the command again"))?;
+    let s = s.ok_or_else(|| {
         CliError::new(
             format!("sku {sku} does not exist"),
             "seed it with PUT /admin/skus/{sku} {\"available\": N, \"price\": P, \"currency\": \"EUR\"}",
         )
     })?;
-    let history = store.stock_changes(&sku).await?;
     let disagreements = audit_disagreements(&s, &history);
     let v = json!({
         "sku": s.sku, "available": s.available, "reserved": s.reserved, "sold": s.sold,
@@ -48,22 +50,23 @@ pub async fn run(stack: &Stack, sku: &str, json_out: bool) -> Result<()> {
     Ok(())
 }
 
-/// The audited changes, oldest first (the last 20 when there are more).
+/// The audited changes in the order they were made, with the supply
+/// before and after each (the last 20 when there are more).
 fn print_history(history: &[order_core::domain::StockChangeRecord]) {
     if history.is_empty() {
         println!("no audited changes (seeded before changes were recorded)");
         return;
     }
-    let mut t = table(&["seq", "at", "by", "change", "delta", "supplied", "key"]);
-    let skip = history.len().saturating_sub(20);
-    for c in &history[skip..] {
+    let rows = with_supply(history);
+    let mut t = table(&["at", "by", "change", "delta", "supplied", "key"]);
+    let skip = rows.len().saturating_sub(20);
+    for (before, after, c) in &rows[skip..] {
         t.add_row(vec![
-            c.seq.to_string(),
             c.at.to_string(),
             c.by.clone(),
             c.request.clone(),
             format!("{:+}", c.delta),
-            format!("{} -> {}", c.supplied_before, c.supplied_after),
+            format!("{before} -> {after}"),
             c.key.to_string(),
         ]);
     }
