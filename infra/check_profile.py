@@ -17,8 +17,13 @@ which caller. These checks read the template as CloudFormation would:
   routes    every buyer route is behind the buyers' JWT authorizer, /admin/*
             and the sandbox's settle route need IAM, and only the payment
             notification route is open (its signature is checked in code)
+  notify    the payment notification route has an HTTP API of its own (the
+            buyer API does not serve it and cannot invoke the webhook), with
+            its own throttle (WebhookThrottling*), access log, reserved
+            concurrency and source list (WebhookSourceCidrs), and its URL is
+            an output (docs/payments.md, "Notification flood capacity")
 
-Usage: .venv/bin/python infra/check_profile.py [rules|prod|routes|all]
+Usage: .venv/bin/python infra/check_profile.py [rules|prod|routes|notify|all]
 Exit status 1 with one line per finding when a check fails.
 """
 from __future__ import annotations
@@ -127,7 +132,88 @@ def check_routes() -> list[str]:
     return problems
 
 
-CHECKS = {"rules": check_rules, "prod": check_prod, "routes": check_routes}
+NOTIFY_ROUTE = "POST /payments/{channel}/notify"
+
+
+def _api_of(props: dict) -> str | None:
+    api = props.get("ApiId")
+    return api.get("Ref") if isinstance(api, dict) else None
+
+
+def check_notify() -> list[str]:
+    problems = []
+    for stage in ("prod", "dev"):
+        t = translate({"Stage": "prod"} if stage == "prod" else LOCAL_DEV)
+        res = t["Resources"]
+        of_type = lambda kind: {rid: r.get("Properties", {}) for rid, r in res.items() if r["Type"] == kind}  # noqa: E731
+        apis = of_type("AWS::ApiGatewayV2::Api")
+        routes = of_type("AWS::ApiGatewayV2::Route")
+        stages = of_type("AWS::ApiGatewayV2::Stage")
+        integrations = of_type("AWS::ApiGatewayV2::Integration")
+        say = lambda msg: problems.append(f"{stage}: {msg}")  # noqa: E731
+
+        notify_apis = {_api_of(p) for p in routes.values() if p.get("RouteKey") == NOTIFY_ROUTE}
+        if len(notify_apis) != 1:
+            say(f"{NOTIFY_ROUTE} must be on exactly one API, found on {sorted(map(str, notify_apis))}")
+            continue
+        notify_api = notify_apis.pop()
+        if notify_api not in apis:
+            say(f"the notify route's ApiId {notify_api} is not an API of the template")
+            continue
+        if "HttpApi" not in apis or notify_api == "HttpApi":
+            say("the notify route must not be on the buyer API (HttpApi)")
+        for rid, p in routes.items():
+            if _api_of(p) == notify_api and p.get("RouteKey") != NOTIFY_ROUTE:
+                say(f"{rid} ({p.get('RouteKey')}) is on the notification API, which serves the notify route only")
+            if _api_of(p) != notify_api and "/payments/" in str(p.get("RouteKey")) and "notify" in str(p.get("RouteKey")):
+                say(f"{rid} serves notifications on {_api_of(p)}, outside the notification API")
+        for rid, p in integrations.items():
+            if "PaymentWebhookFunction" in str(p.get("IntegrationUri")) and _api_of(p) != notify_api:
+                say(f"{rid} integrates payment-webhook into {_api_of(p)}")
+
+        own = [p for p in stages.values() if _api_of(p) == notify_api]
+        if len(own) != 1:
+            say(f"the notification API needs exactly one stage, found {len(own)}")
+        else:
+            st = own[0]
+            throttle = st.get("DefaultRouteSettings", {})
+            if throttle.get("ThrottlingRateLimit") != {"Ref": "WebhookThrottlingRateLimit"} or \
+                    throttle.get("ThrottlingBurstLimit") != {"Ref": "WebhookThrottlingBurstLimit"}:
+                say("the notification API's stage must throttle with WebhookThrottlingRateLimit/BurstLimit")
+            log = st.get("AccessLogSettings", {}).get("DestinationArn")
+            buyer_logs = [p.get("AccessLogSettings", {}).get("DestinationArn") for p in stages.values()
+                          if _api_of(p) == "HttpApi"]
+            if not log or log in buyer_logs:
+                say("the notification API needs an access log of its own")
+            if "$context.identity.sourceIp" not in str(st.get("AccessLogSettings", {}).get("Format")):
+                say("the notification API's access log must record the source address")
+        for rid, p in stages.items():
+            if _api_of(p) != notify_api and NOTIFY_ROUTE in p.get("RouteSettings", {}):
+                say(f"{rid} still throttles {NOTIFY_ROUTE}, which its API does not serve")
+
+        perms = [p for p in of_type("AWS::Lambda::Permission").values()
+                 if p.get("FunctionName") == {"Ref": "PaymentWebhookFunction"}]
+        if len(perms) != 1 or f"${{{notify_api}}}" not in str(perms[0].get("SourceArn")):
+            say("payment-webhook may be invoked by the notification API only (one permission, its SourceArn)")
+        fn = res.get("PaymentWebhookFunction", {}).get("Properties", {})
+        if fn.get("ReservedConcurrentExecutions") != {"Ref": "WebhookReservedConcurrency"}:
+            say("payment-webhook must have its own reserved concurrency (WebhookReservedConcurrency)")
+        env = fn.get("Environment", {}).get("Variables", {})
+        if env.get("WEBHOOK_SOURCE_CIDRS") != {"Ref": "WebhookSourceCidrs"}:
+            say("payment-webhook must read its source list from WebhookSourceCidrs (WEBHOOK_SOURCE_CIDRS)")
+        if stage == "dev":
+            url = res.get("SandboxChannelFunction", {}).get("Properties", {}).get("Environment", {}) \
+                .get("Variables", {}).get("WEBHOOK_URL")
+            if notify_api not in str(url) or "HttpApi" in str(url):
+                say(f"the sandbox channel must post to the notification API, not {url}")
+        outputs = t.get("Outputs", {})
+        for name in ("NotifyApiBaseUrl", "EffectiveNotifyApiBaseUrl", "NotifyApiId"):
+            if notify_api not in str(outputs.get(name, {}).get("Value")):
+                say(f"output {name} must name the notification API")
+    return problems
+
+
+CHECKS = {"rules": check_rules, "prod": check_prod, "routes": check_routes, "notify": check_notify}
 
 
 def main(argv: list[str]) -> int:

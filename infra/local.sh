@@ -106,6 +106,9 @@ STATE="$ROOT/.local"
 LOCAL_API_ID="$(printf '%s' "$STACK_NAME" | tr 'A-Z' 'a-z' | tr -cd 'a-z0-9' | cut -c1-10)"
 [[ -n "$LOCAL_API_ID" ]] || LOCAL_API_ID="orders"
 API_BASE_URL="${ENDPOINT}/_aws/execute-api/${LOCAL_API_ID}"
+# The payment notifications' own API (template: NotifyApi), pinned the same
+# way: its id is the buyer API's followed by "notify".
+NOTIFY_API_BASE_URL="${ENDPOINT}/_aws/execute-api/${LOCAL_API_ID}notify"
 LOCALSTACK_API_URL_TEMPLATE='http://{apiId}.execute-api.localhost.localstack.cloud:4566'
 API_BASE_URL_TEMPLATE="${API_BASE_URL_TEMPLATE:-$LOCALSTACK_API_URL_TEMPLATE}"
 
@@ -226,10 +229,11 @@ start_localstripe() {
   die "localstripe did not answer in 20s"
 }
 
-# localstripe's webhook endpoint: the stack's notify route, signed with the
-# first of the webhook secrets, for the events a real endpoint subscribes to.
+# localstripe's webhook endpoint: the stack's notify route on the notification
+# API, signed with the first of the webhook secrets, for the events a real
+# endpoint subscribes to.
 point_stripe_webhooks() {
-  local url="$API_BASE_URL/payments/stripe/notify"
+  local url="$NOTIFY_API_BASE_URL/payments/stripe/notify"
   say "localstripe webhooks -> $url"
   .venv/bin/python - "$STRIPE_API_BASE_URL" "$url" "${WEBHOOK_SECRET%%,*}" <<'PY'
 import json, sys, urllib.request
@@ -258,7 +262,7 @@ for name, value in zip(sys.argv[1::2], sys.argv[2::2]):
 PY
 }
 
-run_deploy() { # args: LocalApiId ApiBaseUrlOverride
+run_deploy() { # args: LocalApiId ApiBaseUrlOverride NotifyApiBaseUrlOverride
   .venv/bin/python infra/deploy.py \
     --stack-name "$STACK_NAME" --template template.yaml \
     --bootstrap-dir "$(target_dir)/debug" \
@@ -278,6 +282,7 @@ run_deploy() { # args: LocalApiId ApiBaseUrlOverride
     --param "SweepGraceSeconds=$SWEEP_GRACE_SECONDS" \
     --param "EffectsRedriveAfterSeconds=$EFFECTS_REDRIVE_AFTER_SECONDS" \
     --param "ApiBaseUrlOverride=$2" \
+    --param "NotifyApiBaseUrlOverride=$3" \
     --param PaymentChannelName=stripe \
     --param "StripeSecretKeyParameterName=$STRIPE_SECRET_KEY_PARAMETER" \
     --param "StripePublishableKey=$STRIPE_PUBLISHABLE_KEY" \
@@ -287,20 +292,25 @@ run_deploy() { # args: LocalApiId ApiBaseUrlOverride
 }
 
 deploy() {
-  local t0=$SECONDS api_id
+  local t0=$SECONDS api_id notify_id
   aws_env
   if [[ "$LOCAL_EMULATOR" == ministack ]]; then
     # One pass: the API id is pinned, so the URL is known up front.
-    run_deploy "$LOCAL_API_ID" "$API_BASE_URL"
+    run_deploy "$LOCAL_API_ID" "$API_BASE_URL" "$NOTIFY_API_BASE_URL"
     api_id="$(sed -n 's/^HTTP_API_ID=//p' "$STATE/outputs.env")"
     [[ "$api_id" == "$LOCAL_API_ID" ]] || die "HTTP API id is '$api_id', expected the pinned '$LOCAL_API_ID'"
+    notify_id="$(sed -n 's/^NOTIFY_API_ID=//p' "$STATE/outputs.env")"
+    [[ "$notify_id" == "${LOCAL_API_ID}notify" ]] \
+      || die "notification API id is '$notify_id', expected the pinned '${LOCAL_API_ID}notify'"
   else
-    # Two passes: create, learn the API id, then set ApiBaseUrlOverride.
-    run_deploy "" ""
+    # Two passes: create, learn the API ids, then set the URL overrides.
+    run_deploy "" "" ""
     api_id="$(sed -n 's/^HTTP_API_ID=//p' "$STATE/outputs.env")"
+    notify_id="$(sed -n 's/^NOTIFY_API_ID=//p' "$STATE/outputs.env")"
     API_BASE_URL="${API_BASE_URL_TEMPLATE//\{apiId\}/$api_id}"
-    say "API id $api_id -> $API_BASE_URL; updating ApiBaseUrlOverride"
-    run_deploy "" "$API_BASE_URL"
+    NOTIFY_API_BASE_URL="${API_BASE_URL_TEMPLATE//\{apiId\}/$notify_id}"
+    say "API ids $api_id, $notify_id -> $API_BASE_URL, $NOTIFY_API_BASE_URL; updating the URL overrides"
+    run_deploy "" "$API_BASE_URL" "$NOTIFY_API_BASE_URL"
   fi
   {
     echo "# written by infra/local.sh up - source with: set -a; . .local/stack.env; set +a"
@@ -326,10 +336,13 @@ deploy() {
     echo "STRIPE_PUBLISHABLE_KEY=$STRIPE_PUBLISHABLE_KEY"
     echo "STRIPE_WEBHOOK_SECRET=${WEBHOOK_SECRET%%,*}"
     echo "STRIPE_WEBHOOK_SECRET_PREVIOUS=${WEBHOOK_SECRET#*,}"
-    # stack outputs, UPPER_SNAKE; the output ApiBaseUrl (AWS form) is renamed
-    grep -v '^API_BASE_URL=' "$STATE/outputs.env"
+    # stack outputs, UPPER_SNAKE; the outputs ApiBaseUrl and NotifyApiBaseUrl
+    # (AWS form) are renamed, the local forms take their names
+    grep -v -e '^API_BASE_URL=' -e '^NOTIFY_API_BASE_URL=' "$STATE/outputs.env"
     echo "API_BASE_URL_AWS_FORM=$(sed -n 's/^API_BASE_URL=//p' "$STATE/outputs.env")"
     echo "API_BASE_URL=$API_BASE_URL"
+    echo "NOTIFY_API_BASE_URL_AWS_FORM=$(sed -n 's/^NOTIFY_API_BASE_URL=//p' "$STATE/outputs.env")"
+    echo "NOTIFY_API_BASE_URL=$NOTIFY_API_BASE_URL"
     echo "TABLE_NAME=$(sed -n 's/^ORDERS_TABLE_NAME=//p' "$STATE/outputs.env")"
   } >"$STATE/stack.env"
   rm -f "$STATE/outputs.env"
@@ -384,6 +397,7 @@ cmd_up() {
   ok "local stack up in $((SECONDS - t0))s"
   echo
   echo "API base URL: $API_BASE_URL"
+  echo "Notify URL:   $NOTIFY_API_BASE_URL/payments/{stripe,sandbox}/notify"
   echo "Outputs:      .local/stack.env   Logs: .local/ministack.log (infra/local.sh logs)"
   if [[ "${DEMO:-1}" == 1 ]]; then
     echo
@@ -475,7 +489,7 @@ cmd_redeploy() {
   [[ "${SKIP_BUILD:-0}" == 1 ]] || build
   aws_env
   # The main stack only: its outputs (and the subscriber stack) stay as they are.
-  run_deploy "$LOCAL_API_ID" "$API_BASE_URL"
+  run_deploy "$LOCAL_API_ID" "$API_BASE_URL" "$NOTIFY_API_BASE_URL"
   rm -f "$STATE/outputs.env"
   ok "stack $STACK_NAME updated with the new bootstrap"
 }

@@ -9,6 +9,7 @@ use crate::usecases::UseCaseError;
 pub enum Kind {
     BadRequest,
     Unauthorized,
+    Forbidden,
     NotFound,
     Conflict,
     PayloadTooLarge,
@@ -37,6 +38,9 @@ impl ApiError {
     }
     pub fn unauthorized(code: &'static str, message: impl Into<String>) -> Self {
         Self::Refused { kind: Kind::Unauthorized, code, message: message.into() }
+    }
+    pub fn forbidden(code: &'static str, message: impl Into<String>) -> Self {
+        Self::Refused { kind: Kind::Forbidden, code, message: message.into() }
     }
     pub fn too_large(limit: usize) -> Self {
         Self::Refused {

@@ -21,6 +21,7 @@ pub fn error_response(err: &ApiError) -> Response<Body> {
             let status = match kind {
                 Kind::BadRequest => 400,
                 Kind::Unauthorized => 401,
+                Kind::Forbidden => 403,
                 Kind::NotFound => 404,
                 Kind::Conflict => 409,
                 Kind::PayloadTooLarge => 413,

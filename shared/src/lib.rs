@@ -19,6 +19,8 @@
 //! - [`stripe`]: the Stripe channel (PaymentIntents) and its webhook events;
 //!   [`channels`]: the channels a deployment has, chosen per attempt.
 //! - [`http`] and [`error`]: the single mapping from errors to HTTP.
+//! - [`signature`] and [`source_allowlist`]: what a notification must pass
+//!   before the webhook does any other work.
 //! - [`handlers`]: decode a Lambda trigger, call one use case, encode. For
 //!   HTTP, `handlers::requests` parses a request into the use case's typed
 //!   input and `handlers::views` shapes its typed answer as JSON; use cases
@@ -34,6 +36,7 @@ pub mod http;
 pub mod metrics;
 pub mod ports;
 pub mod signature;
+pub mod source_allowlist;
 pub mod store;
 pub mod stripe;
 pub mod usecases;

@@ -100,6 +100,9 @@ pub const CHANNEL_QUERY: Metric = Metric { name: "ChannelQuery", unit: Unit::Cou
 // ---- payments
 pub const PAYMENT_MISMATCH: Metric = count_metric("PaymentMismatch");
 pub const WEBHOOK_BAD_SIGNATURE: Metric = count_metric("WebhookBadSignature");
+/// A notification refused for its source address (`WebhookSourceCidrs`)
+/// before its body was read: junk, or a provider whose addresses changed.
+pub const WEBHOOK_SOURCE_REFUSED: Metric = count_metric("WebhookSourceRefused");
 /// A signed provider event acknowledged without acting on it: a type we do
 /// not handle, a payment or refund we never opened, an intent that is not
 /// the attempt's. Reconciliation finds the money side of the last two.
@@ -196,6 +199,7 @@ const NAMED: &[&Metric] = &[
     &CHANNEL_QUERY,
     &PAYMENT_MISMATCH,
     &WEBHOOK_BAD_SIGNATURE,
+    &WEBHOOK_SOURCE_REFUSED,
     &WEBHOOK_EVENT_IGNORED,
     &LATE_PAYMENT_REFUND,
     &REFUND_COMPLETED,

@@ -130,9 +130,13 @@ where
 /// buyer: the helpers sign a Cognito user in per buyer name (the name a
 /// test puts in a body's `user_id`) and send its access token, and remember
 /// which buyer created which order so later calls on it act as its owner.
+/// Payment notifications (`/payments/…`) go to the notification API, which
+/// the stack keeps apart from the buyer API (`NOTIFY_API_BASE_URL`).
 #[derive(Clone)]
 pub struct Api {
     pub base: String,
+    /// The notification API's base URL.
+    pub notify_base: String,
     http: reqwest::Client,
     buyers: Arc<Mutex<HashMap<String, Buyer>>>,
     owners: Arc<Mutex<HashMap<String, String>>>,
@@ -250,6 +254,7 @@ impl Api {
     pub fn new() -> Self {
         Self {
             base: stack_env("API_BASE_URL").trim_end_matches('/').to_owned(),
+            notify_base: stack_env("NOTIFY_API_BASE_URL").trim_end_matches('/').to_owned(),
             http: reqwest::Client::new(),
             buyers: Default::default(),
             owners: Default::default(),
@@ -300,7 +305,30 @@ impl Api {
         body: Option<&str>,
         signed: bool,
     ) -> Reply {
-        let url = format!("{}{}", self.base, path);
+        let url = format!("{}{}", self.base_for(path), path);
+        self.send_to(method, &url, headers, body, signed).await
+    }
+
+    /// The API that serves `path`: the notification API for the providers'
+    /// `/payments/{channel}/notify`, the buyer API for everything else.
+    pub fn base_for(&self, path: &str) -> &str {
+        if path.starts_with("/payments/") {
+            &self.notify_base
+        } else {
+            &self.base
+        }
+    }
+
+    /// A request to a full `url` (either API).
+    pub async fn send_to(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+        signed: bool,
+    ) -> Reply {
+        let url = url.to_owned();
         let mut hs: Vec<(String, String)> = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         if body.is_some() {
             hs.push(("content-type".into(), "application/json".into()));

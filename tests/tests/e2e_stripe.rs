@@ -342,6 +342,32 @@ async fn forged_stale_and_unsigned_stripe_webhooks_are_refused_and_write_nothing
     assert_eq!(o.admin().await["payments"][0]["status"], "FAILED", "cancelled at Stripe, recorded here");
 }
 
+/// Issue 16, finding 6: the notifications have an API of their own, so the
+/// buyer API (whose URL every client knows) neither serves them nor shares
+/// their throttle. A correctly signed event sent to the buyer API is not
+/// routed at all.
+#[tokio::test]
+async fn the_buyer_api_does_not_serve_provider_notifications() {
+    let api = Api::new();
+    assert_ne!(api.base, api.notify_base, "two APIs");
+    let event_id = unique("evt_wrong_api");
+    let body =
+        json!({"id": event_id, "type": "customer.created", "data": {"object": {"id": "cus_1", "object": "customer"}}})
+            .to_string();
+    let sig = signature(&current_secret(), now_secs(), &body);
+    let headers = [("Stripe-Signature", sig.as_str())];
+    let on_buyer_api = format!("{}/payments/stripe/notify", api.base);
+    let r = api.send_to("POST", &on_buyer_api, &headers, Some(&body), false).await;
+    assert_eq!(r.status, 404, "the buyer API has no notify route: {r:?}");
+    assert!(!dedupe_record(&event_id).await, "nothing recorded");
+    let r = api.send("POST", "/payments/stripe/notify", &headers, Some(&body), false).await;
+    assert_eq!(
+        (r.status, r.body["result"].as_str()),
+        (200, Some("unknown_type")),
+        "the notification API takes it: {r:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_stripe_event_larger_than_a_buyer_request_is_taken_up_to_its_own_limit() {
     let o = order_paying_by_stripe("STRIPE-BIG", &unique("stripe-big")).await;

@@ -65,6 +65,15 @@ pub fn within_limit(req: &Request, limit: usize) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The caller's address as API Gateway saw it (`requestContext.http.sourceIp`):
+/// the TCP peer, never a header the caller wrote.
+pub fn source_ip(req: &Request) -> Option<&str> {
+    match req.request_context_ref() {
+        Some(RequestContext::ApiGatewayV2(ctx)) => ctx.http.source_ip.as_deref(),
+        _ => None,
+    }
+}
+
 /// The buyer behind a request to a buyer route: the subject (`sub`) of the
 /// bearer token the API's JWT authorizer verified before the function ran.
 /// Never the body: whoever holds a token acts for its subject only.

@@ -1,7 +1,7 @@
 //! HTTP handlers: route, call one use case, respond through [`crate::http`].
 
 use super::api::{
-    body_bytes, buyer, caller_identity, header, idempotency_key, path_param, route_key, within_body_limit,
+    body_bytes, buyer, caller_identity, header, idempotency_key, path_param, route_key, source_ip, within_body_limit,
     within_limit, MAX_BODY_BYTES, MAX_PROVIDER_EVENT_BYTES,
 };
 use super::requests;
@@ -14,6 +14,7 @@ use crate::http::{error_response, json_response, respond};
 use crate::metrics;
 use crate::ports::{Clock, IdGen};
 use crate::signature;
+use crate::source_allowlist::SourceAllowlist;
 use crate::usecases::close_order::CloseOrder;
 use crate::usecases::create_order::CreateOrder;
 use crate::usecases::order_reads::Reader;
@@ -158,11 +159,29 @@ pub struct Webhook {
     /// Each channel's own signing secret.
     pub secrets: std::collections::HashMap<String, Vec<u8>>,
     pub merchant_id: String,
+    /// Where the provider's notifications may come from
+    /// (`WEBHOOK_SOURCE_CIDRS`; empty: anywhere). Not applied to the
+    /// sandbox, a dev-only channel whose notifications come from a function.
+    pub sources: SourceAllowlist,
 }
 
-/// POST /payments/{channel}/notify
+/// The sandbox channel's name: the one channel the source list skips.
+const SANDBOX_CHANNEL: &str = "sandbox";
+
+/// POST /payments/{channel}/notify. Cheapest refusals first, so junk costs
+/// as little as it can (docs/payments.md, "Notification flood capacity"):
+/// the source address, then the size, then the signature (one HMAC per
+/// secret over the raw body); nothing is parsed, read or written before
+/// the signature holds.
 pub async fn payment_webhook(app: &Webhook, req: Request) -> Response<Body> {
     let channel = path_param(&req, "channel");
+    if channel != SANDBOX_CHANNEL && !app.sources.allows(source_ip(&req)) {
+        metrics::WEBHOOK_SOURCE_REFUSED.count(1);
+        return error_response(&ApiError::forbidden(
+            "forbidden_source",
+            "notifications are accepted only from the payment provider's published addresses",
+        ));
+    }
     let limit = if channel == crate::stripe::CHANNEL_NAME { MAX_PROVIDER_EVENT_BYTES } else { MAX_BODY_BYTES };
     if let Err(e) = within_limit(&req, limit) {
         return error_response(&e);

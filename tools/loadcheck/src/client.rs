@@ -15,6 +15,9 @@ const RETRIES: u32 = 12;
 
 pub struct Client {
     base: String,
+    /// The notification API (`NOTIFY_API_BASE_URL`): the stack serves the
+    /// providers' `/payments/{channel}/notify` there, apart from the buyer API.
+    notify_base: String,
     http: reqwest::Client,
     /// Buyer name → (access token, user id), signed in once per run.
     tokens: Mutex<HashMap<String, (String, String)>>,
@@ -28,11 +31,12 @@ pub struct Client {
 pub enum Auth<'a> {
     Buyer(&'a str),
     Iam,
+    /// A payment provider's notification, sent to the notification API.
     Provider,
 }
 
 impl Client {
-    pub fn new(base: &str, webhook_secret: String, merchant_id: String, concurrency: usize) -> Self {
+    pub fn new(base: &str, notify_base: &str, webhook_secret: String, merchant_id: String, concurrency: usize) -> Self {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(64)
@@ -40,6 +44,7 @@ impl Client {
             .expect("an HTTP client");
         Self {
             base: base.trim_end_matches('/').to_owned(),
+            notify_base: notify_base.trim_end_matches('/').to_owned(),
             http,
             tokens: Default::default(),
             in_flight: tokio::sync::Semaphore::new(concurrency.max(1)),
@@ -73,7 +78,8 @@ impl Client {
         headers: &[(&str, &str)],
         body: Option<&str>,
     ) -> Result<Reply, String> {
-        let url = format!("{}{}", self.base, path);
+        let base = if matches!(auth, Auth::Provider) { &self.notify_base } else { &self.base };
+        let url = format!("{base}{path}");
         let mut hs: Vec<(String, String)> = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         if body.is_some() {
             hs.push(("content-type".into(), "application/json".into()));

@@ -323,9 +323,10 @@ async fn run_inner(mut args: Args) -> Result<i32, String> {
     let grace = secs(&stack, "SWEEP_GRACE_SECONDS", 5);
     let lease = secs(&stack, "CLOSING_LEASE_SECONDS", 35);
     let base = stack.get("API_BASE_URL")?;
+    let notify_base = stack.get("NOTIFY_API_BASE_URL")?;
     let secret = stack.get_opt("SANDBOX_WEBHOOK_SECRET").unwrap_or("local-sandbox-webhook-secret").to_owned();
     let merchant = stack.get_opt("MERCHANT_ID").unwrap_or("merchant-local").to_owned();
-    let client = Arc::new(Client::new(base, secret, merchant, args.concurrency));
+    let client = Arc::new(Client::new(base, notify_base, secret, merchant, args.concurrency));
     let out_dir = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("target/loadcheck/{run_id}")));
     std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
 
