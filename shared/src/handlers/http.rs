@@ -30,13 +30,7 @@ pub async fn create_order(uc: &CreateOrder<DynamoStore>, req: Request) -> Respon
         Err(e) => return error_response(&e),
     };
     match requests::create_order(uc, &user, key, body_bytes(&req)).await {
-        Ok(created) => {
-            let mut resp = json_response(201, &views::created_order(&created.order));
-            if created.replayed {
-                resp.headers_mut().insert("idempotent-replayed", "true".parse().expect("valid header"));
-            }
-            resp
-        }
+        Ok(created) => replayable(json_response(201, &views::created_order(&created.order)), created.replayed),
         Err(e) => error_response(&e),
     }
 }
@@ -74,11 +68,7 @@ async fn start_payment(app: &OrderApi, req: &Request) -> Response<Body> {
         Ok(s) => {
             let publishable_key = app.channel.stripe().and_then(|c| c.publishable_key());
             let checkout = views::checkout(&s, publishable_key);
-            let mut resp = json_response(201, &checkout);
-            if s.replayed {
-                resp.headers_mut().insert("idempotent-replayed", "true".parse().expect("valid header"));
-            }
-            resp
+            replayable(json_response(201, &checkout), s.replayed)
         }
         Err(e) => error_response(&e),
     }
@@ -95,13 +85,7 @@ async fn put_stock(app: &OrderApi, req: &Request) -> Response<Body> {
         Err(e) => Err(e),
     };
     match changed {
-        Ok((stock, replayed)) => {
-            let mut resp = json_response(200, &stock);
-            if replayed {
-                resp.headers_mut().insert("idempotent-replayed", "true".parse().expect("valid header"));
-            }
-            resp
-        }
+        Ok((stock, replayed)) => replayable(json_response(200, &stock), replayed),
         Err(e) => error_response(&e),
     }
 }
@@ -226,4 +210,13 @@ async fn stripe_webhook(app: &Webhook, req: &Request, secret: &[u8], body: &[u8]
     respond(
         requests::stripe_event(&app.store, stripe, app.clock.as_ref(), &app.merchant_id, body).await.map(|v| (200, v)),
     )
+}
+
+/// A write's answer, marked `idempotent-replayed: true` when it answers a
+/// key seen before with the same request (nothing was written now).
+fn replayable(mut resp: Response<Body>, replayed: bool) -> Response<Body> {
+    if replayed {
+        resp.headers_mut().insert("idempotent-replayed", "true".parse().expect("valid header"));
+    }
+    resp
 }
