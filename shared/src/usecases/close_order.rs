@@ -416,11 +416,9 @@ where
             warn!(payment_id = %p.payment_id, "fault injection: the channel answers that it has no such payment");
             return verdict_of(Ok(ChannelPayment::NotFound), p, now, self.not_found_grace);
         }
-        let asked = channel_verdict(&self.channel, p, now, self.not_found_grace);
-        let Some(until) = budget.until else { return asked.await };
-        match tokio::time::timeout(until.saturating_duration_since(std::time::Instant::now()), asked).await {
-            Ok(verdict) => verdict,
-            Err(_) => {
+        match within(budget.until, channel_verdict(&self.channel, p, now, self.not_found_grace)).await {
+            Some(verdict) => verdict,
+            None => {
                 metrics::CLOSE_BUDGET_SPENT.count(1);
                 Verdict::Unknown("the channel did not answer within this run's share of the invocation".into())
             }
@@ -440,6 +438,16 @@ fn first_handled_late(lag: Duration) {
     if lag > LATE_WAKE_UP_AFTER {
         metrics::LATE_WAKE_UP.count(1);
     }
+}
+
+/// Runs `call` (a question to the channel) until `until`, the instant a
+/// caller's share of its invocation ends (see
+/// `handlers::batch::invocation_deadline`): `None` when the time ran out
+/// first, which the caller treats as unknown — never as unpaid. Without
+/// `until` the call runs to its own end (its adapter's timeouts).
+pub async fn within<T>(until: Option<std::time::Instant>, call: impl std::future::Future<Output = T>) -> Option<T> {
+    let Some(until) = until else { return Some(call.await) };
+    tokio::time::timeout(until.saturating_duration_since(std::time::Instant::now()), call).await.ok()
 }
 
 /// Asks the channel about one attempt. A payment the channel still

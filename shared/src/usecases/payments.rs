@@ -16,7 +16,7 @@ use crate::domain::*;
 use crate::metrics;
 use crate::ports::{Clock, IdGen, PaymentChannel, Unavailable};
 use crate::store::*;
-use crate::usecases::close_order::{channel_verdict, Verdict};
+use crate::usecases::close_order::{channel_verdict, within, Verdict};
 use crate::usecases::UseCaseError;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -38,6 +38,25 @@ pub struct StartPayment<'a, S, C> {
     /// (the close path's `ChannelNotFoundGraceSeconds`): within it, "not
     /// found" is unknown, not unpaid.
     pub not_found_grace: Duration,
+    /// When the channel's answers stop being waited for: the API
+    /// invocation's deadline less its margin (`None`: the adapters' own
+    /// timeouts only). A question cut off there is unknown — an earlier
+    /// attempt is not set aside, an attempt not opened stays as recorded —
+    /// and the buyer is told to retry (503 `channel_slow`).
+    pub until: Option<std::time::Instant>,
+}
+
+/// How soon a buyer whose payment entry ran out of time is asked to retry.
+pub const CHANNEL_SLOW_RETRY_AFTER: Duration = Duration::from_secs(5);
+
+fn channel_slow(what: impl std::fmt::Display) -> UseCaseError {
+    metrics::CLOSE_BUDGET_SPENT.count(1);
+    warn!(what = %what, "payment entry out of time: the channel did not answer before the invocation's deadline");
+    UseCaseError::try_later(
+        "channel_slow",
+        format!("the payment channel did not answer in time ({what}); retry with the same Idempotency-Key"),
+        CHANNEL_SLOW_RETRY_AFTER,
+    )
 }
 
 /// The payment attempt the buyer pays through.
@@ -230,7 +249,9 @@ where
         channel: &C,
         mut attempt: PaymentAttempt,
     ) -> Result<(PaymentAttempt, Option<String>), UseCaseError> {
-        let opened = channel.open(&attempt, self.merchant_id).await?;
+        let opened = within(self.until, channel.open(&attempt, self.merchant_id))
+            .await
+            .ok_or_else(|| channel_slow(format_args!("opening payment {}", attempt.payment_id)))??;
         if let Some(why) = opened.refused {
             // Nothing exists at the channel: the attempt is over, and the
             // buyer is told why (a new attempt would be refused the same way).
@@ -270,7 +291,10 @@ where
     async fn supersede(&self, channel: &C, record: &OrderRecord) -> Result<Supersede, UseCaseError> {
         for p in record.payments.iter().filter(|p| !p.status.is_final()) {
             let now = self.clock.now();
-            match channel_verdict(channel, p, now, self.not_found_grace).await {
+            let verdict = within(self.until, channel_verdict(channel, p, now, self.not_found_grace))
+                .await
+                .ok_or_else(|| channel_slow(format_args!("closing earlier payment {}", p.payment_id)))?;
+            match verdict {
                 Verdict::Paid { channel_txn_id, detail } => {
                     let evidence = Evidence {
                         at: now,
