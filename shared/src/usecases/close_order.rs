@@ -461,7 +461,15 @@ pub(crate) async fn channel_verdict<C: PaymentChannel>(
     not_found_grace: Duration,
 ) -> Verdict {
     let mut answer = channel.query(p).await;
-    if matches!(answer, Ok(ChannelPayment::Pending)) {
+    let never_charged = |a: &Result<ChannelPayment, Unavailable>| {
+        matches!(a, Ok(ChannelPayment::NotFound)) && p.created_at.plus(not_found_grace) <= now
+    };
+    if matches!(answer, Ok(ChannelPayment::Pending)) || never_charged(&answer) {
+        // "Not found" past the grace is about to be concluded "never
+        // charged": close it at the channel first, so that a channel that
+        // keeps a marker (the sandbox) refuses to open or pay it later — a
+        // replay opening it right now finds it closed. If it was opened
+        // meanwhile, the close answers what it is (closed, or paid).
         answer = channel.cancel(p).await;
     }
     let outcome = match &answer {

@@ -280,8 +280,27 @@ where
                 }
                 attempt.channel_ref = Some(r);
             }
+        } else if self.concluded_meanwhile(&attempt).await? {
+            // A channel that keys payments by our id (the sandbox) has no id
+            // to record, so nothing above refused: the attempt was concluded
+            // FAILED while it was being opened (a close or a new attempt
+            // found it "not found"). Close at the channel what was just
+            // opened, so that no payment FAILED here stays payable there.
+            let closed = within(self.until, channel.cancel(&attempt)).await;
+            warn!(payment_id = %attempt.payment_id, closed = ?closed, "an attempt concluded FAILED while it was opened: closed at the channel");
+            closed.ok_or_else(|| channel_slow(format_args!("closing payment {}", attempt.payment_id)))??;
+            return Err(UseCaseError::conflict(
+                "order_not_payable",
+                format!("payment {} was closed before it could be handed out", attempt.payment_id),
+            ));
         }
         Ok((attempt, opened.client_secret))
+    }
+
+    /// Whether `attempt`, read again, was concluded FAILED since it was read.
+    async fn concluded_meanwhile(&self, attempt: &PaymentAttempt) -> Result<bool, UseCaseError> {
+        let now = self.store.attempt(&attempt.payment_id).await?;
+        Ok(now.is_some_and(|a| a.status == PaymentStatus::Failed))
     }
 
     /// Closes, at the channel, every earlier attempt not yet settled, so an
