@@ -33,7 +33,7 @@ const T0: i64 = 1_800_000_000_000;
 const SANDBOX: &[u8] = br#"{"channel":"sandbox"}"#;
 /// What the tests allow a cut-off call beyond its deadline (the store's
 /// writes after it, a loaded machine).
-const SLACK: Duration = Duration::from_secs(3);
+const SLACK: Duration = Duration::from_secs(8);
 
 /// A channel in a brownout: every question takes a minute; opening too
 /// while `slow_open` is set.
@@ -257,10 +257,12 @@ async fn a_settle_batch_hands_back_the_order_whose_other_payment_could_not_be_cl
     let (plain, only) = w.order(true).await;
     paid(&plain, &only.unwrap()).await;
     let wakeups = RecordedWakeUps::default();
+    // Eight seconds for the two: the slow one's share (half) ends while the
+    // channel is still "thinking", and leaves the other its share.
     let started = Instant::now();
     let response = bounded(
         "settle batch",
-        each_sqs_message_within(settle_batch(&[&slow, &plain]), started + Duration::from_secs(3), |m, until| {
+        each_sqs_message_within(settle_batch(&[&slow, &plain]), started + Duration::from_secs(8), |m, until| {
             let (w, wakeups) = (&w, &wakeups);
             async move {
                 let body = m.body.as_deref().unwrap_or("");
@@ -272,7 +274,7 @@ async fn a_settle_batch_hands_back_the_order_whose_other_payment_could_not_be_cl
     let took = started.elapsed();
     let failed: Vec<&str> = response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();
     println!("batch after {took:?}, handed back {failed:?}");
-    assert!(took < Duration::from_secs(3) + SLACK, "{took:?}");
+    assert!(took < Duration::from_secs(8) + SLACK, "{took:?}");
     assert_eq!(failed, [format!("m-{}", slow.order_id)], "only the unfinished settle comes back");
     let rec = w.record(&slow).await;
     let open = rec.payments.iter().find(|p| p.payment_id == first.payment_id).unwrap();

@@ -259,7 +259,7 @@ async fn a_replay_whose_attempt_was_concluded_while_it_opened_closes_what_it_ope
     let r = w.pay(&ConcludedDuringOpen { w: &w }, "k1").await;
     println!("the replay: {r:?}; A at the sandbox: {:?}", w.sandbox.entry(&a).await.unwrap().map(|e| e.status));
     assert!(
-        matches!(&r, Err(ApiError::Refused { code: "order_not_payable", .. })),
+        matches!(&r, Err(ApiError::Refused { code: "order_busy", .. })),
         "a payment concluded FAILED is not handed out: {r:?}"
     );
     let payable = w.failed_here_and_payable_there().await;

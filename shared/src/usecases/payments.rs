@@ -289,10 +289,12 @@ where
             let closed = within(self.until, channel.cancel(&attempt)).await;
             warn!(payment_id = %attempt.payment_id, closed = ?closed, "an attempt concluded FAILED while it was opened: closed at the channel");
             closed.ok_or_else(|| channel_slow(format_args!("closing payment {}", attempt.payment_id)))??;
-            return Err(UseCaseError::conflict(
-                "order_not_payable",
-                format!("payment {} was closed before it could be handed out", attempt.payment_id),
-            ));
+            // Another request (a new attempt, a close) concluded it: the
+            // retry with the same key answers with the attempt as it now is.
+            return Err(order_busy(format_args!(
+                "payment {} was closed by another request while it was being opened",
+                attempt.payment_id
+            )));
         }
         Ok((attempt, opened.client_secret))
     }
