@@ -416,7 +416,8 @@ where
             warn!(payment_id = %p.payment_id, "fault injection: the channel answers that it has no such payment");
             return verdict_of(Ok(ChannelPayment::NotFound), p, now, self.not_found_grace);
         }
-        match within(budget.until, channel_verdict(&self.channel, p, now, self.not_found_grace)).await {
+        let channel = crate::faults::channel_for(&self.channel, order.user_id.as_str());
+        match within(budget.until, channel_verdict(&channel, p, now, self.not_found_grace)).await {
             Some(verdict) => verdict,
             None => {
                 metrics::CLOSE_BUDGET_SPENT.count(1);

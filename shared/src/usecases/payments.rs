@@ -312,7 +312,8 @@ where
     async fn supersede(&self, channel: &C, record: &OrderRecord) -> Result<Supersede, UseCaseError> {
         for p in record.payments.iter().filter(|p| !p.status.is_final()) {
             let now = self.clock.now();
-            let verdict = within(self.until, channel_verdict(channel, p, now, self.not_found_grace))
+            let channel = crate::faults::channel_for(channel, record.order.user_id.as_str());
+            let verdict = within(self.until, channel_verdict(&channel, p, now, self.not_found_grace))
                 .await
                 .ok_or_else(|| channel_slow(format_args!("closing earlier payment {}", p.payment_id)))?;
             match verdict {

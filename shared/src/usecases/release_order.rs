@@ -175,6 +175,7 @@ async fn close_other_payments<S: PaymentStore, C: PaymentChannel>(
     let order = &record.order;
     let open = record.payments.iter().filter(|p| order.paid_by.as_ref() != Some(&p.payment_id) && !p.status.is_final());
     let mut out_of_time = 0;
+    let channel = &crate::faults::channel_for(channel, order.user_id.as_str());
     for p in open {
         let now = clock.now();
         // The order is PAID: no stock is at stake, so "not found" can be

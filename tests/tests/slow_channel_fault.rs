@@ -1,0 +1,127 @@
+//! The `fault-slow-channel-` drill fault (`shared/src/faults.rs`) against
+//! the real sandbox adapter on DynamoDB Local: a drill buyer's sandbox
+//! payments are asked about and closed 9 s late, the time budgets cut that
+//! off (payment entry answers 503, a close holds the order), opening is not
+//! slowed, and nobody else's payments are touched. The faults are switched
+//! on in this process as a dev stack has them (`FAULT_INJECTION=on`,
+//! `STAGE=dev`), before anything reads them.
+
+use order_core::aws::dynamo::DynamoStore;
+use order_core::aws::sandbox::SandboxChannel;
+use order_core::domain::*;
+use order_core::handlers::requests::start_payment;
+use order_core::http::error_response;
+use order_core::ports::*;
+use order_core::store::OrderStore;
+use order_core::usecases::close_order::{CloseOrder, CloseOutcome, DEFAULT_CLOSE_BUDGET};
+use order_core::usecases::create_order::CreateOrder;
+use order_core::usecases::payments::StartPayment;
+use std::time::{Duration, Instant};
+use system_tests::fakes::{FixedClock, RecordedReminders};
+use system_tests::CreateAsNamed;
+
+const SANDBOX: &[u8] = br#"{"channel":"sandbox"}"#;
+
+fn faults_on() {
+    std::env::set_var("FAULT_INJECTION", "on");
+    std::env::set_var("STAGE", "dev");
+}
+
+struct World {
+    store: DynamoStore,
+    sandbox: SandboxChannel,
+    clock: FixedClock,
+    t0: i64,
+}
+
+async fn world() -> World {
+    faults_on();
+    let client = system_tests::dynamodb_local().await;
+    let store = system_tests::fresh_table(&client).await;
+    let sandbox = system_tests::fresh_sandbox_ledger(&client).await;
+    store.seed_stock(&Sku::parse("A").unwrap(), 10, &system_tests::fixtures::eur(500)).await.unwrap();
+    let t0 = 1_800_000_000_000;
+    World { store, sandbox, clock: FixedClock::at(t0), t0 }
+}
+
+impl World {
+    async fn order(&self, user: &str) -> Order {
+        let create = CreateOrder {
+            store: self.store.clone(),
+            clock: Box::new(self.clock.clone()),
+            ids: Box::new(RandomIds),
+            window: Duration::from_secs(60),
+            expiry_rule_version: "t".into(),
+        };
+        let body = serde_json::json!({"user_id": user, "currency": "EUR",
+            "items": [{"sku": "A", "qty": 1, "unit_price": 500}]});
+        let key = format!("k{}", rand::random::<u64>());
+        create.execute_as_named(Some(&key), body.to_string().as_bytes()).await.unwrap().order
+    }
+
+    fn entry(&self, until: Option<Instant>) -> StartPayment<'_, DynamoStore, SandboxChannel> {
+        StartPayment {
+            store: &self.store,
+            channel: Some(&self.sandbox),
+            clock: &self.clock,
+            ids: &RandomIds,
+            merchant_id: "m1",
+            not_found_grace: Duration::from_secs(30),
+            until,
+        }
+    }
+
+    fn closer(&self) -> CloseOrder<DynamoStore, SandboxChannel, RecordedReminders> {
+        CloseOrder {
+            store: self.store.clone(),
+            channel: self.sandbox.clone(),
+            reminders: RecordedReminders::default(),
+            clock: Box::new(self.clock.clone()),
+            lease: Duration::from_secs(60),
+            not_found_grace: Duration::from_secs(30),
+            budget: DEFAULT_CLOSE_BUDGET,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_slow_channel_buyer_is_cut_off_at_the_budget_and_held_while_others_close_at_once() {
+    let w = world().await;
+    let slow = w.order("fault-slow-channel-t1").await;
+    let plain = w.order("u1").await;
+    // Opening is not slowed: the drill's buyers can still pay.
+    let started = Instant::now();
+    let first =
+        start_payment(&w.entry(None), &slow.user_id, slow.order_id.as_str(), Some("k1"), SANDBOX).await.unwrap();
+    start_payment(&w.entry(None), &plain.user_id, plain.order_id.as_str(), Some("k1"), SANDBOX).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(8), "opening took {:?}", started.elapsed());
+
+    // A second key past the grace: the supersede's questions take 9 s, the
+    // entry's deadline is 2 s away.
+    w.clock.set(w.t0 + 40_000);
+    let started = Instant::now();
+    let until = Some(started + Duration::from_secs(2));
+    let r = start_payment(&w.entry(until), &slow.user_id, slow.order_id.as_str(), Some("k2"), SANDBOX).await;
+    let took = started.elapsed();
+    let resp = error_response(&r.expect_err("the earlier attempt cannot be closed in time"));
+    println!("second key answered {} after {took:?}", resp.status());
+    assert_eq!(resp.status(), 503);
+    // Cut off at the deadline, not 9 s (or 18 s) later; generous on a loaded machine.
+    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(8), "cut off at the deadline: {took:?}");
+    let ledger = w.sandbox.entry(&first.attempt.payment_id).await.unwrap().unwrap();
+    assert_eq!(ledger.status, PaymentStatus::Processing, "nothing was closed at the channel");
+
+    // Expired: a close with 2 s left holds the slow buyer's order, and
+    // closes the other buyer's at once.
+    w.clock.set(w.t0 + 61_000);
+    let closer = w.closer();
+    let started = Instant::now();
+    let held = closer.close_until(&slow.order_id, "i1", Some(started + Duration::from_secs(2))).await.unwrap();
+    println!("slow buyer's close after {:?}: {held:?}", started.elapsed());
+    assert!(matches!(held, CloseOutcome::RemindedLater { .. }), "{held:?}");
+    assert_eq!(w.store.order(&slow.order_id).await.unwrap().unwrap().status, OrderStatus::Closing);
+    let started = Instant::now();
+    let closed = closer.close_until(&plain.order_id, "i1", Some(started + Duration::from_secs(2))).await.unwrap();
+    println!("other buyer's close after {:?}: {closed:?}", started.elapsed());
+    assert_eq!(closed, CloseOutcome::Closed, "nobody else's payments are slowed");
+}
