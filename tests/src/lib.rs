@@ -111,6 +111,12 @@ pub async fn fresh_table(client: &aws_sdk_dynamodb::Client) -> DynamoStore {
 /// A fresh sandbox ledger (the template's `SandboxLedgerTable` schema:
 /// `payment_id` keyed) with a unique name, and the real sandbox adapter on it.
 pub async fn fresh_sandbox_ledger(client: &aws_sdk_dynamodb::Client) -> order_core::aws::sandbox::SandboxChannel {
+    order_core::aws::sandbox::SandboxChannel::new(client.clone(), fresh_sandbox_ledger_table(client).await)
+}
+
+/// The table of [`fresh_sandbox_ledger`], by name (for a channel built from
+/// the environment, `SANDBOX_LEDGER_TABLE`).
+pub async fn fresh_sandbox_ledger_table(client: &aws_sdk_dynamodb::Client) -> String {
     let name = format!("sandbox-ledger-test-{}", rand::random::<u64>());
     client
         .create_table()
@@ -127,7 +133,7 @@ pub async fn fresh_sandbox_ledger(client: &aws_sdk_dynamodb::Client) -> order_co
         .send()
         .await
         .expect("create the sandbox ledger on DynamoDB Local");
-    order_core::aws::sandbox::SandboxChannel::new(client.clone(), name)
+    name
 }
 
 /// Polls `f` until it returns `Some`, or panics after `timeout` naming `what`.

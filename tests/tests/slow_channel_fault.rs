@@ -6,9 +6,13 @@
 //! on in this process as a dev stack has them (`FAULT_INJECTION=on`,
 //! `STAGE=dev`), before anything reads them.
 
+use lambda_http::RequestExt;
 use order_core::aws::dynamo::DynamoStore;
+use order_core::aws::queue::SqsCloseReminders;
 use order_core::aws::sandbox::SandboxChannel;
+use order_core::channels::ConfiguredChannel;
 use order_core::domain::*;
+use order_core::handlers::http::{order_api as handle, OrderApi};
 use order_core::handlers::requests::start_payment;
 use order_core::http::error_response;
 use order_core::ports::*;
@@ -124,4 +128,95 @@ async fn a_slow_channel_buyer_is_cut_off_at_the_budget_and_held_while_others_clo
     let closed = closer.close_until(&plain.order_id, "i1", Some(started + Duration::from_secs(2))).await.unwrap();
     println!("other buyer's close after {:?}: {closed:?}", started.elapsed());
     assert_eq!(closed, CloseOutcome::Closed, "nobody else's payments are slowed");
+}
+
+/// The order API's function as Lambda runs it: its channel built from the
+/// environment (the sandbox on a fresh ledger), each request carrying its
+/// invocation's context, whose deadline the handler derives its own from.
+async fn order_api(w: &World, ledger: &str) -> OrderApi {
+    std::env::set_var("SANDBOX_LEDGER_TABLE", ledger);
+    std::env::remove_var("STRIPE_SECRET_KEY_PARAMETER");
+    let config = system_tests::stack_config().await;
+    let channel = ConfiguredChannel::load(&config, w.store.client().clone()).await.unwrap();
+    OrderApi {
+        store: w.store.clone(),
+        channel: channel.clone(),
+        clock: Box::new(SystemClock),
+        ids: Box::new(RandomIds),
+        merchant_id: "m1".into(),
+        closer: CloseOrder {
+            store: w.store.clone(),
+            channel,
+            // Not reached by payment entry (the operator check's path is
+            // `channel_budgets.rs`: it puts a reminder back on SQS).
+            reminders: SqsCloseReminders::new(aws_sdk_sqs::Client::new(&config), "http://127.0.0.1:9/none".into()),
+            clock: Box::new(SystemClock),
+            lease: Duration::from_secs(60),
+            not_found_grace: Duration::from_secs(30),
+            budget: Duration::from_secs(5),
+        },
+        not_found_grace: Duration::from_secs(30),
+    }
+}
+
+/// An API Gateway (HTTP API) request for `route` as `user`, within an
+/// invocation whose deadline is `deadline_in` from now.
+fn request(route: &str, order_id: &str, user: &str, key: Option<&str>, deadline_in: Duration) -> lambda_http::Request {
+    let mut event: serde_json::Value =
+        serde_json::from_str(include_str!("../../events/order-api-start-payment.json")).unwrap();
+    let path = route.split(' ').nth(1).unwrap().replace("{order_id}", order_id);
+    event["routeKey"] = route.into();
+    event["requestContext"]["routeKey"] = route.into();
+    event["rawPath"] = path.clone().into();
+    event["requestContext"]["http"]["path"] = path.into();
+    event["pathParameters"]["order_id"] = order_id.into();
+    event["requestContext"]["authorizer"] = serde_json::json!({"jwt": {"claims": {"sub": "6b1d3c0e-0000-4000-8000-000000000001", "username": user}, "scopes": null}});
+    if let Some(k) = key {
+        event["headers"]["idempotency-key"] = k.into();
+    }
+    let mut ctx = lambda_http::Context::default();
+    ctx.deadline =
+        (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap() + deadline_in).as_millis() as u64;
+    lambda_http::request::from_str(&event.to_string()).unwrap().with_lambda_context(ctx)
+}
+
+fn json_of(resp: &lambda_http::Response<lambda_http::Body>) -> serde_json::Value {
+    serde_json::from_slice(resp.body().as_ref()).unwrap()
+}
+
+#[tokio::test]
+async fn the_order_api_answers_inside_its_invocation_while_the_channel_is_slow() {
+    let w = world().await;
+    let ledger = system_tests::fresh_sandbox_ledger_table(&system_tests::dynamodb_local().await).await;
+    let app = order_api(&w, &ledger).await;
+    let user = "fault-slow-channel-api";
+    let create = CreateOrder {
+        store: w.store.clone(),
+        clock: Box::new(SystemClock),
+        ids: Box::new(RandomIds),
+        window: Duration::from_secs(600),
+        expiry_rule_version: "t".into(),
+    };
+    let body =
+        serde_json::json!({"user_id": user, "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 500}]});
+    let order = create.execute_as_named(Some("k-api"), body.to_string().as_bytes()).await.unwrap().order;
+    let id = order.order_id.as_str();
+    let pay = "POST /orders/{order_id}/payments";
+    let first = handle(&app, request(pay, id, user, Some("k1"), Duration::from_secs(10))).await;
+    assert_eq!(first.status(), 201, "{}", json_of(&first));
+    // A second attempt: its supersede asks the sandbox about the first,
+    // which takes 9 s; the invocation has 5 s (3.5 s less the margin).
+    let started = Instant::now();
+    let second = handle(&app, request(pay, id, user, Some("k2"), Duration::from_secs(5))).await;
+    let took = started.elapsed();
+    println!(
+        "second key: {} {:?} after {took:?}: {}",
+        second.status(),
+        second.headers().get("retry-after"),
+        json_of(&second)
+    );
+    assert_eq!(second.status(), 503);
+    assert_eq!(second.headers().get("retry-after").and_then(|v| v.to_str().ok()), Some("5"));
+    assert_eq!(json_of(&second)["error"]["code"], "channel_slow");
+    assert!(took < Duration::from_secs(5), "answered before the invocation's deadline: {took:?}");
 }
