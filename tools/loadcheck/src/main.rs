@@ -202,7 +202,7 @@ pub enum Drill {
     SweepPause,
     /// The relay's first PutEvents entry of each event fails (`fault-relay-` buyers).
     RelayFails,
-    /// The sandbox answers every question and close about the payments of
+    /// The sandbox answers every question about the payments of
     /// `fault-slow-channel-` buyers in 9 s (a brownout): the time budgets
     /// of payment entry, the close batch and the operator check.
     SlowChannel,

@@ -85,8 +85,8 @@ pub enum Drilled {
     SweepBacklog,
     /// `fault-relay-`: the relay's first publish of each event fails.
     RelayFails,
-    /// `fault-slow-channel-`: the sandbox takes 9 s per question or close
-    /// about the order's payments. Even orders: a second key's payment
+    /// `fault-slow-channel-`: the sandbox takes 9 s per question about the
+    /// order's payments. Even orders: a second key's payment
     /// entry must answer 503 `channel_slow` inside the API's time (the
     /// earlier attempt cannot be closed in time), then the first attempt is
     /// paid: PAID. Odd orders: never paid; an operator check after expiry
