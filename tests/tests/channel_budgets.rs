@@ -217,7 +217,10 @@ async fn an_operator_check_with_a_slow_channel_answers_inside_the_invocation_and
     assert_eq!(v["outcome"], "reminded_later", "{v}");
     let rec = w.record(&order).await;
     assert_eq!(rec.order.status, OrderStatus::Closing, "held: the payment is unknown");
-    assert_eq!(rec.payments[0].status, PaymentStatus::Unknown, "not concluded unpaid");
+    // UNKNOWN when the question was cut off; still PROCESSING when the time
+    // was spent before it could be asked (a loaded machine): never FAILED.
+    let status = rec.payments[0].status;
+    assert!(matches!(status, PaymentStatus::Unknown | PaymentStatus::Processing), "not concluded unpaid: {status:?}");
     assert!(rec.reservations.iter().all(|r| r.status == ReservationStatus::Reserved), "nothing released");
     assert_eq!(closer.reminders.0.lock().unwrap().len(), 1, "asked again later");
 }

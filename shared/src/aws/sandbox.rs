@@ -156,9 +156,7 @@ impl SandboxChannel {
             Err(e) => Err(Unavailable::new("sandbox settle", e)),
         }
     }
-}
 
-impl SandboxChannel {
     /// Writes the closed marker of a payment never opened here: `true` when
     /// written, `false` when a row exists (the payment was opened meanwhile).
     async fn close_unopened(&self, attempt: &PaymentAttempt) -> Result<bool, Unavailable> {
