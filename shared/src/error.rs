@@ -14,6 +14,11 @@ pub enum Kind {
     Conflict,
     PayloadTooLarge,
     Unprocessable,
+    /// Out of time waiting for an outside system: 503 with `Retry-After`
+    /// (whole seconds).
+    TryLater {
+        retry_after_secs: u64,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +57,10 @@ impl ApiError {
     pub fn unprocessable(code: &'static str, message: impl Into<String>) -> Self {
         Self::Refused { kind: Kind::Unprocessable, code, message: message.into() }
     }
+    pub fn try_later(code: &'static str, message: impl Into<String>, retry_after: std::time::Duration) -> Self {
+        let retry_after_secs = retry_after.as_secs().max(1);
+        Self::Refused { kind: Kind::TryLater { retry_after_secs }, code, message: message.into() }
+    }
     pub fn code(&self) -> &'static str {
         match self {
             Self::Refused { code, .. } => code,
@@ -67,6 +76,7 @@ impl From<UseCaseError> for ApiError {
             UseCaseError::NotFound(what) => Self::not_found(what),
             UseCaseError::Conflict { code, message } => Self::conflict(code, message),
             UseCaseError::Unprocessable { code, message } => Self::unprocessable(code, message),
+            UseCaseError::TryLater { code, message, retry_after } => Self::try_later(code, message, retry_after),
             UseCaseError::Unavailable(cause) => Self::Internal(cause),
         }
     }

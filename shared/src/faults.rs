@@ -27,6 +27,21 @@
 //!   `not_found`, for any channel). Past the not-found grace the close
 //!   concludes "never charged" while the payment is still open at the
 //!   channel, so a buyer can pay after the close: the late-success drill.
+//! - `fault-slow-channel-…`: a channel in a brownout. Every question about
+//!   a sandbox payment of the order (`query`, whichever path asks: the
+//!   close, a new attempt's supersede, settle, an operator check) takes
+//!   [`SLOW_CHANNEL_DELAY`] (9 s, a Stripe call's operation bound) before
+//!   the sandbox is asked, inside the call, so a time budget that cuts the
+//!   call off cuts the delay off too. Opening and closing (`cancel`) are not
+//!   slowed: the drill's buyers can still pay, and a close run that had its
+//!   9 s for the question finishes (two slow calls per attempt would need an
+//!   18 s share, which a full batch never gives, and the drill's orders
+//!   would wait for a lone message). With it the time budgets (README "Time
+//!   budgets per function") are drilled end to end: payment entry's
+//!   supersede answers 503 `channel_slow` (9 s is more than the order
+//!   API's 8.5 s), a close in a full batch is held and handed on, an
+//!   operator check answers `reminded_later`. The `slow-channel` loadcheck
+//!   drill.
 //!
 //! One switch is not per user: `FAULT_LOST_ANSWER_RATE` ([`lost_answer_rate`])
 //! loses the answers of that share of every function's write calls after
@@ -34,8 +49,11 @@
 //! `lost-response` drill ([`crate::aws::lost_answers`]).
 
 use crate::domain::{Order, Timestamp};
+use crate::ports::{ChannelPayment, OpenedPayment, PaymentChannel, RefundResult, Unavailable};
+use crate::store::PaymentAttempt;
+use async_trait::async_trait;
 use std::sync::OnceLock;
-use tracing::error;
+use tracing::{error, warn};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Faults {
@@ -47,6 +65,12 @@ pub const RELEASE_UNTIL: &str = "fault-release-until-";
 pub const NO_WAKEUP: &str = "fault-no-wakeup-";
 pub const RELAY_FIRST_PUBLISH: &str = "fault-relay-";
 pub const CLOSE_SEES_NO_PAYMENT: &str = "fault-close-sees-no-payment-";
+pub const SLOW_CHANNEL: &str = "fault-slow-channel-";
+
+/// How long a sandbox question takes for a `fault-slow-channel-` buyer's
+/// payments: a Stripe call's operation bound (three tries within 9 s),
+/// more than the order API's time less its margin (10 − 1.5 s).
+pub const SLOW_CHANNEL_DELAY: std::time::Duration = std::time::Duration::from_secs(9);
 
 impl Faults {
     pub fn enabled() -> Self {
@@ -78,6 +102,12 @@ impl Faults {
     /// about the payments of an order of `user_id`.
     pub fn close_sees_no_payment(&self, user_id: &str) -> bool {
         self.enabled && user_id.starts_with(CLOSE_SEES_NO_PAYMENT)
+    }
+
+    /// How long the sandbox takes to answer about a payment of an order of
+    /// `user_id`: `None` for everyone but drill users.
+    pub fn channel_delay(&self, user_id: &str) -> Option<std::time::Duration> {
+        (self.enabled && user_id.starts_with(SLOW_CHANNEL)).then_some(SLOW_CHANNEL_DELAY)
     }
 
     /// Whether the wake-up of an order of `user_id` is lost at create.
@@ -127,4 +157,46 @@ pub fn lost_answer_rate() -> Option<f64> {
 pub fn active() -> Faults {
     static FAULTS: OnceLock<Faults> = OnceLock::new();
     *FAULTS.get_or_init(Faults::from_env)
+}
+
+/// A channel as the payments of one buyer's order meet it: the channel
+/// itself, unless the buyer is a `fault-slow-channel-` drill user, whose
+/// sandbox payments are asked about [`SLOW_CHANNEL_DELAY`] late.
+pub struct ChannelFor<'a, C> {
+    channel: &'a C,
+    delay: Option<std::time::Duration>,
+}
+
+/// `channel`, as the payments of an order of `user_id` meet it.
+pub fn channel_for<'a, C: PaymentChannel>(channel: &'a C, user_id: &str) -> ChannelFor<'a, C> {
+    ChannelFor { channel, delay: active().channel_delay(user_id) }
+}
+
+impl<C: PaymentChannel> ChannelFor<'_, C> {
+    async fn brownout(&self, attempt: &PaymentAttempt, call: &'static str) {
+        if let Some(delay) = self.delay.filter(|_| attempt.channel.as_str() == "sandbox") {
+            warn!(payment_id = %attempt.payment_id, call, delay_ms = delay.as_millis() as u64, "fault injection: the sandbox answers slowly");
+            tokio::time::sleep(delay).await;
+        }
+    }
+}
+
+#[async_trait]
+impl<C: PaymentChannel> PaymentChannel for ChannelFor<'_, C> {
+    fn names(&self) -> Vec<&'static str> {
+        self.channel.names()
+    }
+    async fn open(&self, attempt: &PaymentAttempt, merchant_id: &str) -> Result<OpenedPayment, Unavailable> {
+        self.channel.open(attempt, merchant_id).await
+    }
+    async fn query(&self, attempt: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
+        self.brownout(attempt, "query").await;
+        self.channel.query(attempt).await
+    }
+    async fn cancel(&self, attempt: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
+        self.channel.cancel(attempt).await
+    }
+    async fn refund(&self, attempt: &PaymentAttempt, amount: i64, key: &str) -> Result<RefundResult, Unavailable> {
+        self.channel.refund(attempt, amount, key).await
+    }
 }

@@ -16,6 +16,7 @@ pub fn json_response(status: u16, body: &Value) -> Response<Body> {
 /// Refusals carry their code and message; internal errors are logged once,
 /// with their cause chain, and the client sees only a generic message.
 pub fn error_response(err: &ApiError) -> Response<Body> {
+    let mut retry_after = None;
     let (status, message) = match err {
         ApiError::Refused { kind, message, .. } => {
             let status = match kind {
@@ -26,6 +27,10 @@ pub fn error_response(err: &ApiError) -> Response<Body> {
                 Kind::Conflict => 409,
                 Kind::PayloadTooLarge => 413,
                 Kind::Unprocessable => 422,
+                Kind::TryLater { retry_after_secs } => {
+                    retry_after = Some(retry_after_secs);
+                    503
+                }
             };
             (status, message.clone())
         }
@@ -41,7 +46,11 @@ pub fn error_response(err: &ApiError) -> Response<Body> {
             (500, "internal error; the request may be retried".to_owned())
         }
     };
-    json_response(status, &json!({"error": {"code": err.code(), "message": message}}))
+    let mut resp = json_response(status, &json!({"error": {"code": err.code(), "message": message}}));
+    if let Some(secs) = retry_after {
+        resp.headers_mut().insert("retry-after", secs.to_string().parse().expect("digits are a valid header"));
+    }
+    resp
 }
 
 /// `Ok((status, body))` or the error, as a response.

@@ -91,6 +91,9 @@ pub const REDUNDANT_WAKE_UP: Metric = count_metric("RedundantWakeUp");
 pub const CLOSING_PAST_LEASE: Metric = count_metric("ClosingPastLease");
 pub const PAYMENT_STATE_UNKNOWN: Metric = count_metric("PaymentStateUnknown");
 pub const PAID_WHILE_CLOSING: Metric = count_metric("PaidWhileClosing");
+/// A question to the channel not asked, or cut off, because a run's time
+/// budget ran out (close, settle, payment entry, operator check; README
+/// "Time budgets per function").
 pub const CLOSE_BUDGET_SPENT: Metric = count_metric("CloseBudgetSpent");
 /// One per question to the channel about an attempt, by what it answered:
 /// `succeeded`, `failed`, `not_found`, `pending`, `unavailable` (a timeout

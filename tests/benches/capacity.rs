@@ -92,6 +92,7 @@ impl World {
             ids: &RandomIds,
             merchant_id: MERCHANT,
             not_found_grace: Duration::from_secs(10),
+            until: None,
         };
         let started =
             start_payment(&uc, &o.user_id, o.order_id.as_str(), Some(&unique("p")), br#"{"channel":"sandbox"}"#)

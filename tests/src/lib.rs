@@ -108,6 +108,34 @@ pub async fn fresh_table(client: &aws_sdk_dynamodb::Client) -> DynamoStore {
     DynamoStore::new(client.clone(), name)
 }
 
+/// A fresh sandbox ledger (the template's `SandboxLedgerTable` schema:
+/// `payment_id` keyed) with a unique name, and the real sandbox adapter on it.
+pub async fn fresh_sandbox_ledger(client: &aws_sdk_dynamodb::Client) -> order_core::aws::sandbox::SandboxChannel {
+    order_core::aws::sandbox::SandboxChannel::new(client.clone(), fresh_sandbox_ledger_table(client).await)
+}
+
+/// The table of [`fresh_sandbox_ledger`], by name (for a channel built from
+/// the environment, `SANDBOX_LEDGER_TABLE`).
+pub async fn fresh_sandbox_ledger_table(client: &aws_sdk_dynamodb::Client) -> String {
+    let name = format!("sandbox-ledger-test-{}", rand::random::<u64>());
+    client
+        .create_table()
+        .table_name(&name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("payment_id")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(KeySchemaElement::builder().attribute_name("payment_id").key_type(KeyType::Hash).build().unwrap())
+        .send()
+        .await
+        .expect("create the sandbox ledger on DynamoDB Local");
+    name
+}
+
 /// Polls `f` until it returns `Some`, or panics after `timeout` naming `what`.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
 where

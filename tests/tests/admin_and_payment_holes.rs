@@ -120,6 +120,7 @@ impl World {
             ids: &RandomIds,
             merchant_id: MERCHANT,
             not_found_grace: Duration::from_secs(10),
+            until: None,
         }
     }
 

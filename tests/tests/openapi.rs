@@ -283,7 +283,7 @@ fn codes_in_source() -> BTreeSet<String> {
     walk(&repo().join("shared/src"), &mut files);
     let mut codes = BTreeSet::new();
     for (path, text) in files {
-        let mut openers = vec!["conflict(", "unauthorized(", "forbidden(", "unprocessable("];
+        let mut openers = vec!["conflict(", "unauthorized(", "forbidden(", "unprocessable(", "try_later("];
         if path.ends_with("error.rs") {
             openers.extend(["code: ", "=> "]);
         }

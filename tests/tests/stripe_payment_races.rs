@@ -84,7 +84,15 @@ fn uc<'a, C: PaymentChannel>(
     ch: &'a C,
     clock: &'a FixedClock,
 ) -> StartPayment<'a, DynamoStore, C> {
-    StartPayment { store, channel: Some(ch), clock, ids: &RandomIds, merchant_id: MERCHANT, not_found_grace: GRACE }
+    StartPayment {
+        store,
+        channel: Some(ch),
+        clock,
+        ids: &RandomIds,
+        merchant_id: MERCHANT,
+        not_found_grace: GRACE,
+        until: None,
+    }
 }
 
 /// Stripe as it is during a 5xx/429 storm: the create never lands (the

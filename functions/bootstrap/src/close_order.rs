@@ -5,13 +5,10 @@ use lambda_runtime::{service_fn, Error, LambdaEvent};
 use order_core::aws::queue::SqsCloseReminders;
 use order_core::aws::{dynamo::DynamoStore, env, seconds_env};
 use order_core::channels::ConfiguredChannel;
-use order_core::handlers::batch::{each_sqs_message_within, invocation_deadline};
+use order_core::handlers::batch::{each_sqs_message_within, invocation_deadline, INVOCATION_MARGIN};
 use order_core::handlers::close::close_message_until;
 use order_core::ports::SystemClock;
 use order_core::usecases::close_order::{CloseOrder, DEFAULT_CLOSE_BUDGET};
-
-/// Time kept back from the invocation's deadline for the batch response.
-const INVOCATION_MARGIN: std::time::Duration = std::time::Duration::from_millis(1500);
 
 pub async fn run(config: &SdkConfig) -> Result<(), Error> {
     let dynamo = order_core::aws::clients::dynamodb(config);

@@ -156,6 +156,40 @@ impl SandboxChannel {
             Err(e) => Err(Unavailable::new("sandbox settle", e)),
         }
     }
+
+    /// Writes the closed marker of a payment never opened here: `true` when
+    /// written, `false` when a row exists (the payment was opened meanwhile).
+    async fn close_unopened(&self, attempt: &PaymentAttempt) -> Result<bool, Unavailable> {
+        let marker = LedgerEntry {
+            payment_id: attempt.payment_id.clone(),
+            order_id: attempt.order_id.clone(),
+            // Not known to a close; the row never moves money.
+            merchant_id: String::new(),
+            amount: attempt.amount,
+            currency: attempt.currency.clone(),
+            status: PaymentStatus::Failed,
+            channel_txn_id: None,
+            refund_id: None,
+            refunded_amount: 0,
+            faults: Faults::default(),
+        };
+        let mut item: HashMap<String, Av> = serde_dynamo::to_item(&marker).expect("serialisable");
+        item.insert("closed_by_merchant".into(), Av::Bool(true));
+        item.insert("closed_unopened".into(), Av::Bool(true));
+        let res = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(payment_id)")
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(true),
+            Err(e) if is_condition_failure(&e) => Ok(false),
+            Err(e) => Err(Unavailable::new("sandbox close unopened payment", e)),
+        }
+    }
 }
 
 impl From<LedgerEntry> for StatementLine {
@@ -228,7 +262,16 @@ impl PaymentChannel for SandboxChannel {
             // The sandbox keys payments by our payment_id: no id of its own,
             // and the buyer pays through its settle route, not a secret.
             Ok(_) => Ok(OpenedPayment::default()),
-            Err(e) if is_condition_failure(&e) => Ok(OpenedPayment::default()),
+            // Opened before (a replay): the same payment again — unless it
+            // was closed at the channel (concluded never charged, or failed):
+            // that one can never be opened again.
+            Err(e) if is_condition_failure(&e) => match self.entry(&attempt.payment_id).await? {
+                Some(e) if e.status == PaymentStatus::Failed => Ok(OpenedPayment {
+                    refused: Some("the payment was closed at the channel and cannot be opened again".into()),
+                    ..Default::default()
+                }),
+                _ => Ok(OpenedPayment::default()),
+            },
             Err(e) => Err(Unavailable::new("sandbox open payment", e)),
         }
     }
@@ -241,8 +284,17 @@ impl PaymentChannel for SandboxChannel {
         let payment_id = &attempt.payment_id;
         // The planted faults stand for an unreachable or lagging channel:
         // they apply to closing a payment as much as to asking about it.
-        let Some(entry) = self.entry(payment_id).await? else {
-            return Ok(ChannelPayment::NotFound);
+        let entry = match self.entry(payment_id).await? {
+            Some(entry) => entry,
+            // Never opened here: closed all the same, as a marker row
+            // (FAILED, closed by the merchant), so that an open or a payment
+            // of it arriving later is refused. Opened meanwhile: close that.
+            None => match self.close_unopened(attempt).await? {
+                true => return Ok(ChannelPayment::Failed),
+                false => self.entry(payment_id).await?.ok_or_else(|| {
+                    Unavailable::new("sandbox cancel", "the payment's row vanished while it was closed")
+                })?,
+            },
         };
         if entry.faults.query.is_some() || entry.status != PaymentStatus::Processing {
             return answer(Some(entry), "sandbox cancel");

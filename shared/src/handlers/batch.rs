@@ -142,6 +142,11 @@ where
     response
 }
 
+/// Time kept back from an invocation's deadline for its answer (the batch
+/// response, an HTTP response): the functions' budgets end this long
+/// before Lambda's timeout would.
+pub const INVOCATION_MARGIN: std::time::Duration = std::time::Duration::from_millis(1500);
+
 /// The instant of a Lambda context's deadline (milliseconds since the
 /// epoch), less `margin` for the answer itself.
 pub fn invocation_deadline(deadline_epoch_ms: u64, margin: std::time::Duration) -> std::time::Instant {

@@ -10,7 +10,7 @@ use crate::domain::OrderId;
 use crate::metrics;
 use crate::ports::{Clock, CloseReminders, PaymentChannel, WakeUpScheduler};
 use crate::store::{OrderStore, PaymentStore};
-use crate::usecases::release_order::{release_order, settle_order};
+use crate::usecases::release_order::{release_order, settle_order_until};
 use crate::usecases::schedule_wakeup::schedule_wake_up;
 use serde::{Deserialize, Serialize};
 use tracing::{error, info, warn};
@@ -102,8 +102,27 @@ where
     W: WakeUpScheduler,
     C: PaymentChannel,
 {
+    settle_message_until(store, wakeups, channel, clock, body, None).await
+}
+
+/// As [`settle_message`], with the channel cut off at `until` (the
+/// message's share of the invocation): a settle that ran out of it fails,
+/// and its message comes back.
+pub async fn settle_message_until<S, W, C>(
+    store: &S,
+    wakeups: &W,
+    channel: &C,
+    clock: &dyn Clock,
+    body: &str,
+    until: Option<std::time::Instant>,
+) -> Result<(), String>
+where
+    S: OrderStore + PaymentStore,
+    W: WakeUpScheduler,
+    C: PaymentChannel,
+{
     let Some(msg) = decode(body, "order-paid") else { return Ok(()) };
-    settle_order(store, wakeups, channel, clock, &msg.order_id)
+    settle_order_until(store, wakeups, channel, clock, &msg.order_id, until)
         .await
         .map(|_| ())
         .map_err(|e| effect_failed("settle", &msg, e))

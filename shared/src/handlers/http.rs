@@ -4,6 +4,7 @@ use super::api::{
     body_bytes, buyer, caller_identity, header, idempotency_key, path_param, route_key, source_ip, within_body_limit,
     within_limit, MAX_BODY_BYTES, MAX_PROVIDER_EVENT_BYTES,
 };
+use super::batch::{invocation_deadline, INVOCATION_MARGIN};
 use super::requests;
 use super::views;
 use crate::aws::dynamo::DynamoStore;
@@ -19,7 +20,7 @@ use crate::usecases::close_order::CloseOrder;
 use crate::usecases::create_order::CreateOrder;
 use crate::usecases::order_reads::Reader;
 use crate::usecases::payments;
-use lambda_http::{Body, Request, Response};
+use lambda_http::{Body, Request, RequestExt, Response};
 use tracing::warn;
 
 /// POST /orders
@@ -48,6 +49,15 @@ pub struct OrderApi {
     pub not_found_grace: std::time::Duration,
 }
 
+/// When the channel stops being waited for on this request: the Lambda
+/// invocation's deadline less [`INVOCATION_MARGIN`], so that the answer (a
+/// 503 with `Retry-After`, a check that says "reminded later") is sent
+/// before the function's timeout would cut the connection. `None` outside
+/// Lambda (no context): the adapters' own timeouts only.
+fn invocation_until(req: &Request) -> Option<std::time::Instant> {
+    req.lambda_context_ref().map(|c| invocation_deadline(c.deadline, INVOCATION_MARGIN))
+}
+
 /// POST /orders/{order_id}/payments
 async fn start_payment(app: &OrderApi, req: &Request) -> Response<Body> {
     let uc = payments::StartPayment {
@@ -57,6 +67,7 @@ async fn start_payment(app: &OrderApi, req: &Request) -> Response<Body> {
         ids: app.ids.as_ref(),
         merchant_id: &app.merchant_id,
         not_found_grace: app.not_found_grace,
+        until: invocation_until(req),
     };
     let started = match buyer(req).and_then(|u| Ok((u, idempotency_key(req)?))) {
         Ok((user, key)) => {
@@ -116,9 +127,8 @@ pub async fn order_api(app: &OrderApi, req: Request) -> Response<Body> {
             }
         }
         "POST /admin/orders/{order_id}/check" => {
-            requests::force_check(&app.closer, &path_param(&req, "order_id"), &caller_identity(&req))
-                .await
-                .map(|v| (200, v))
+            let (id, by) = (path_param(&req, "order_id"), caller_identity(&req));
+            requests::force_check_until(&app.closer, &id, &by, invocation_until(&req)).await.map(|v| (200, v))
         }
         "POST /orders/{order_id}/payments" => return start_payment(app, &req).await,
         "PUT /admin/skus/{sku}" => return put_stock(app, &req).await,

@@ -232,8 +232,24 @@ where
     C: PaymentChannel,
     Q: CloseReminders,
 {
+    force_check_until(closer, id, by, None).await
+}
+
+/// As [`force_check`], with the channel cut off at `until` (the API
+/// invocation's deadline less its margin).
+pub async fn force_check_until<S, C, Q>(
+    closer: &CloseOrder<S, C, Q>,
+    id: &str,
+    by: &str,
+    until: Option<std::time::Instant>,
+) -> Result<Value, ApiError>
+where
+    S: OrderStore + PaymentStore,
+    C: PaymentChannel,
+    Q: CloseReminders,
+{
     let order_id = OrderId::parse(id).map_err(|_| ApiError::not_found(format!("order {id}")))?;
-    let checked = check::force_check(closer, &order_id, by).await?;
+    let checked = check::force_check_until(closer, &order_id, by, until).await?;
     Ok(views::force_check(&checked))
 }
 

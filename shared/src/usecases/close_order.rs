@@ -416,11 +416,10 @@ where
             warn!(payment_id = %p.payment_id, "fault injection: the channel answers that it has no such payment");
             return verdict_of(Ok(ChannelPayment::NotFound), p, now, self.not_found_grace);
         }
-        let asked = channel_verdict(&self.channel, p, now, self.not_found_grace);
-        let Some(until) = budget.until else { return asked.await };
-        match tokio::time::timeout(until.saturating_duration_since(std::time::Instant::now()), asked).await {
-            Ok(verdict) => verdict,
-            Err(_) => {
+        let channel = crate::faults::channel_for(&self.channel, order.user_id.as_str());
+        match within(budget.until, channel_verdict(&channel, p, now, self.not_found_grace)).await {
+            Some(verdict) => verdict,
+            None => {
                 metrics::CLOSE_BUDGET_SPENT.count(1);
                 Verdict::Unknown("the channel did not answer within this run's share of the invocation".into())
             }
@@ -442,6 +441,16 @@ fn first_handled_late(lag: Duration) {
     }
 }
 
+/// Runs `call` (a question to the channel) until `until`, the instant a
+/// caller's share of its invocation ends (see
+/// `handlers::batch::invocation_deadline`): `None` when the time ran out
+/// first, which the caller treats as unknown — never as unpaid. Without
+/// `until` the call runs to its own end (its adapter's timeouts).
+pub async fn within<T>(until: Option<std::time::Instant>, call: impl std::future::Future<Output = T>) -> Option<T> {
+    let Some(until) = until else { return Some(call.await) };
+    tokio::time::timeout(until.saturating_duration_since(std::time::Instant::now()), call).await.ok()
+}
+
 /// Asks the channel about one attempt. A payment the channel still
 /// calls processing is closed at the channel (seed 000 §5.2: query or
 /// close), so that an abandoned payment cannot hold the order forever;
@@ -453,7 +462,15 @@ pub(crate) async fn channel_verdict<C: PaymentChannel>(
     not_found_grace: Duration,
 ) -> Verdict {
     let mut answer = channel.query(p).await;
-    if matches!(answer, Ok(ChannelPayment::Pending)) {
+    let never_charged = |a: &Result<ChannelPayment, Unavailable>| {
+        matches!(a, Ok(ChannelPayment::NotFound)) && p.created_at.plus(not_found_grace) <= now
+    };
+    if matches!(answer, Ok(ChannelPayment::Pending)) || never_charged(&answer) {
+        // "Not found" past the grace is about to be concluded "never
+        // charged": close it at the channel first, so that a channel that
+        // keeps a marker (the sandbox) refuses to open or pay it later — a
+        // replay opening it right now finds it closed. If it was opened
+        // meanwhile, the close answers what it is (closed, or paid).
         answer = channel.cancel(p).await;
     }
     let outcome = match &answer {

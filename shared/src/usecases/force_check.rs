@@ -44,9 +44,28 @@ where
     C: PaymentChannel,
     Q: CloseReminders,
 {
+    force_check_until(closer, order_id, by, None).await
+}
+
+/// As [`force_check`], with the channel's questions cut off at `until`
+/// (the API invocation's deadline less its margin): a question not answered
+/// by then leaves the order held (nothing released, asked again by the
+/// reminder the close puts back), and the operator gets the check as it
+/// stands — `reminded_later` — instead of the API timing out.
+pub async fn force_check_until<S, C, Q>(
+    closer: &CloseOrder<S, C, Q>,
+    order_id: &OrderId,
+    by: &str,
+    until: Option<std::time::Instant>,
+) -> Result<ForceCheck, UseCaseError>
+where
+    S: OrderStore + PaymentStore,
+    C: PaymentChannel,
+    Q: CloseReminders,
+{
     let not_found = || UseCaseError::not_found(format!("order {order_id}"));
     let before = closer.store.order(order_id).await?.ok_or_else(not_found)?;
-    let outcome = closer.close(order_id, &format!("operator:{by}")).await?;
+    let outcome = closer.close_until(order_id, &format!("operator:{by}"), until).await?;
     let after = closer.store.order(order_id).await?.ok_or_else(not_found)?;
     let check = OperatorCheck {
         at: closer.clock.now(),

@@ -34,6 +34,11 @@ pub enum UseCaseError {
     /// The request contradicts the records it names (422).
     #[error("{code}: {message}")]
     Unprocessable { code: &'static str, message: String },
+    /// The request ran out of its time before an outside system (the
+    /// payment channel) answered: nothing is concluded from the silence, and
+    /// the caller is told to retry after `retry_after` (503 + `Retry-After`).
+    #[error("{code}: {message}")]
+    TryLater { code: &'static str, message: String, retry_after: std::time::Duration },
     /// An outside system did not answer; never shown to clients.
     #[error(transparent)]
     Unavailable(#[from] Unavailable),
@@ -52,12 +57,15 @@ impl UseCaseError {
     pub fn unprocessable(code: &'static str, message: impl Into<String>) -> Self {
         Self::Unprocessable { code, message: message.into() }
     }
+    pub fn try_later(code: &'static str, message: impl Into<String>, retry_after: std::time::Duration) -> Self {
+        Self::TryLater { code, message: message.into(), retry_after }
+    }
     /// The refusal's code, as clients see it.
     pub fn code(&self) -> &'static str {
         match self {
             Self::Invalid(_) => "invalid_request",
             Self::NotFound(_) => "not_found",
-            Self::Conflict { code, .. } | Self::Unprocessable { code, .. } => code,
+            Self::Conflict { code, .. } | Self::Unprocessable { code, .. } | Self::TryLater { code, .. } => code,
             Self::Unavailable(_) => "internal_error",
         }
     }

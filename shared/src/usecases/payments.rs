@@ -16,7 +16,7 @@ use crate::domain::*;
 use crate::metrics;
 use crate::ports::{Clock, IdGen, PaymentChannel, Unavailable};
 use crate::store::*;
-use crate::usecases::close_order::{channel_verdict, Verdict};
+use crate::usecases::close_order::{channel_verdict, within, Verdict};
 use crate::usecases::UseCaseError;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -38,6 +38,25 @@ pub struct StartPayment<'a, S, C> {
     /// (the close path's `ChannelNotFoundGraceSeconds`): within it, "not
     /// found" is unknown, not unpaid.
     pub not_found_grace: Duration,
+    /// When the channel's answers stop being waited for: the API
+    /// invocation's deadline less its margin (`None`: the adapters' own
+    /// timeouts only). A question cut off there is unknown — an earlier
+    /// attempt is not set aside, an attempt not opened stays as recorded —
+    /// and the buyer is told to retry (503 `channel_slow`).
+    pub until: Option<std::time::Instant>,
+}
+
+/// How soon a buyer whose payment entry ran out of time is asked to retry.
+pub const CHANNEL_SLOW_RETRY_AFTER: Duration = Duration::from_secs(5);
+
+fn channel_slow(what: impl std::fmt::Display) -> UseCaseError {
+    metrics::CLOSE_BUDGET_SPENT.count(1);
+    warn!(what = %what, "payment entry out of time: the channel did not answer before the invocation's deadline");
+    UseCaseError::try_later(
+        "channel_slow",
+        format!("the payment channel did not answer in time ({what}); retry with the same Idempotency-Key"),
+        CHANNEL_SLOW_RETRY_AFTER,
+    )
 }
 
 /// The payment attempt the buyer pays through.
@@ -230,7 +249,9 @@ where
         channel: &C,
         mut attempt: PaymentAttempt,
     ) -> Result<(PaymentAttempt, Option<String>), UseCaseError> {
-        let opened = channel.open(&attempt, self.merchant_id).await?;
+        let opened = within(self.until, channel.open(&attempt, self.merchant_id))
+            .await
+            .ok_or_else(|| channel_slow(format_args!("opening payment {}", attempt.payment_id)))??;
         if let Some(why) = opened.refused {
             // Nothing exists at the channel: the attempt is over, and the
             // buyer is told why (a new attempt would be refused the same way).
@@ -259,8 +280,29 @@ where
                 }
                 attempt.channel_ref = Some(r);
             }
+        } else if self.concluded_meanwhile(&attempt).await? {
+            // A channel that keys payments by our id (the sandbox) has no id
+            // to record, so nothing above refused: the attempt was concluded
+            // FAILED while it was being opened (a close or a new attempt
+            // found it "not found"). Close at the channel what was just
+            // opened, so that no payment FAILED here stays payable there.
+            let closed = within(self.until, channel.cancel(&attempt)).await;
+            warn!(payment_id = %attempt.payment_id, closed = ?closed, "an attempt concluded FAILED while it was opened: closed at the channel");
+            closed.ok_or_else(|| channel_slow(format_args!("closing payment {}", attempt.payment_id)))??;
+            // Another request (a new attempt, a close) concluded it: the
+            // retry with the same key answers with the attempt as it now is.
+            return Err(order_busy(format_args!(
+                "payment {} was closed by another request while it was being opened",
+                attempt.payment_id
+            )));
         }
         Ok((attempt, opened.client_secret))
+    }
+
+    /// Whether `attempt`, read again, was concluded FAILED since it was read.
+    async fn concluded_meanwhile(&self, attempt: &PaymentAttempt) -> Result<bool, UseCaseError> {
+        let now = self.store.attempt(&attempt.payment_id).await?;
+        Ok(now.is_some_and(|a| a.status == PaymentStatus::Failed))
     }
 
     /// Closes, at the channel, every earlier attempt not yet settled, so an
@@ -270,7 +312,11 @@ where
     async fn supersede(&self, channel: &C, record: &OrderRecord) -> Result<Supersede, UseCaseError> {
         for p in record.payments.iter().filter(|p| !p.status.is_final()) {
             let now = self.clock.now();
-            match channel_verdict(channel, p, now, self.not_found_grace).await {
+            let channel = crate::faults::channel_for(channel, record.order.user_id.as_str());
+            let verdict = within(self.until, channel_verdict(&channel, p, now, self.not_found_grace))
+                .await
+                .ok_or_else(|| channel_slow(format_args!("closing earlier payment {}", p.payment_id)))?;
+            match verdict {
                 Verdict::Paid { channel_txn_id, detail } => {
                     let evidence = Evidence {
                         at: now,

@@ -7,7 +7,7 @@ use crate::domain::*;
 use crate::metrics;
 use crate::ports::{Clock, PaymentChannel, Unavailable, WakeUpScheduler};
 use crate::store::{Evidence, OrderRecord, OrderStore, PaymentStore};
-use crate::usecases::close_order::{channel_verdict, Verdict};
+use crate::usecases::close_order::{channel_verdict, within, Verdict};
 use crate::usecases::payments::REFUND_NOTICE;
 use std::time::Duration;
 use tracing::{error, info, instrument, warn};
@@ -93,13 +93,35 @@ pub async fn release_order<S: OrderStore>(
 /// anyway finds PAID and is acknowledged), and the order's other payments
 /// still open at the channel are closed there, so the buyer cannot be
 /// charged twice; one that succeeded meanwhile is recorded and refunded.
-#[instrument(skip_all, fields(order_id = %order_id))]
 pub async fn settle_order<S, W, C>(
     store: &S,
     wakeups: &W,
     channel: &C,
     clock: &dyn Clock,
     order_id: &OrderId,
+) -> Result<ResourceReport, Unavailable>
+where
+    S: OrderStore + PaymentStore,
+    W: WakeUpScheduler,
+    C: PaymentChannel,
+{
+    settle_order_until(store, wakeups, channel, clock, order_id, None).await
+}
+
+/// As [`settle_order`], with the channel's questions cut off at `until`
+/// (this message's share of the invocation, see
+/// `handlers::batch::each_sqs_message_within`). An attempt not closed at
+/// the channel by then is left as it is (unknown, never taken as unpaid)
+/// and the settle fails, so that its message comes back and the next
+/// delivery closes what is left; everything before it is idempotent.
+#[instrument(skip_all, fields(order_id = %order_id))]
+pub async fn settle_order_until<S, W, C>(
+    store: &S,
+    wakeups: &W,
+    channel: &C,
+    clock: &dyn Clock,
+    order_id: &OrderId,
+    until: Option<std::time::Instant>,
 ) -> Result<ResourceReport, Unavailable>
 where
     S: OrderStore + PaymentStore,
@@ -131,7 +153,7 @@ where
     }
     effects_settled(store, order_id, OrderStatus::Paid, &report).await?;
     wakeups.cancel_wake_up(order_id).await?;
-    close_other_payments(store, channel, clock, &record).await?;
+    close_other_payments(store, channel, clock, &record, until).await?;
     info!(order_id = %order_id, outcome = "settled", moved = report.moved, already = report.already, refused = report.refused, "settle done");
     Ok(report)
 }
@@ -140,20 +162,31 @@ where
 /// that paid it. Best effort per attempt: one the channel cannot close now
 /// stays as it is (its notification, if it is ever paid, leads to a refund;
 /// reconciliation finds it otherwise). A store failure is returned so that
-/// the stream record is retried.
+/// the stream record is retried. So is running out of `until`: the
+/// attempts not closed by then are left open (unknown) and the message
+/// comes back for them.
 async fn close_other_payments<S: PaymentStore, C: PaymentChannel>(
     store: &S,
     channel: &C,
     clock: &dyn Clock,
     record: &OrderRecord,
+    until: Option<std::time::Instant>,
 ) -> Result<(), Unavailable> {
     let order = &record.order;
     let open = record.payments.iter().filter(|p| order.paid_by.as_ref() != Some(&p.payment_id) && !p.status.is_final());
+    let mut out_of_time = 0;
+    let channel = &crate::faults::channel_for(channel, order.user_id.as_str());
     for p in open {
         let now = clock.now();
         // The order is PAID: no stock is at stake, so "not found" can be
         // believed at once; a late success still becomes a refund.
-        match channel_verdict(channel, p, now, Duration::ZERO).await {
+        let Some(verdict) = within(until, channel_verdict(channel, p, now, Duration::ZERO)).await else {
+            metrics::CLOSE_BUDGET_SPENT.count(1);
+            warn!(payment_id = %p.payment_id, "another payment not closed: out of this message's time");
+            out_of_time += 1;
+            continue;
+        };
+        match verdict {
             Verdict::Paid { channel_txn_id, detail } => {
                 let evidence = Evidence {
                     at: now,
@@ -176,6 +209,12 @@ async fn close_other_payments<S: PaymentStore, C: PaymentChannel>(
             }
             Verdict::Unknown(why) => warn!(payment_id = %p.payment_id, why = %why, "another payment left open"),
         }
+    }
+    if out_of_time > 0 {
+        return Err(Unavailable::new(
+            "settle",
+            format!("{out_of_time} other payments not closed at the channel within this message's time; handed back"),
+        ));
     }
     Ok(())
 }

@@ -96,7 +96,8 @@ pub struct Args {
     /// - drill channel-not-found: fault-close-sees-no-payment- buyers (the
     ///   close hears "no such payment" and closes without cancelling the
     ///   intent); once CLOSED the buyer pays: CLOSED, refunded exactly once
-    ///   at Stripe. channel-timeout has no Stripe fault: skipped (said).
+    ///   at Stripe. channel-timeout and slow-channel have no Stripe fault:
+    ///   skipped (said).
     ///   The unpaid drills' orders open an intent their close must cancel.
     ///
     /// The check then reads each Stripe attempt's intent and its charge's
@@ -205,6 +206,10 @@ pub enum Drill {
     /// the service applied them, so the SDK sends them again (needs the
     /// stack started with `LOST_ANSWER_RATE`, e.g. 0.02; every order).
     LostResponse,
+    /// The sandbox answers every question about the payments of
+    /// `fault-slow-channel-` buyers in 9 s (a brownout): the time budgets
+    /// of payment entry, the close batch and the operator check.
+    SlowChannel,
     /// Every drill above.
     All,
 }

@@ -67,6 +67,9 @@ fn plan_orders(args: &Args, run_id: &str, release_until: i64) -> Vec<OrderPlan> 
     if on(Drill::RelayFails) {
         drilled.push(Drilled::RelayFails);
     }
+    if on(Drill::SlowChannel) {
+        drilled.push(Drilled::SlowChannel);
+    }
     let mut coupon_n = 0;
     (0..n)
         .map(|i| {
@@ -105,6 +108,7 @@ fn plan_orders(args: &Args, run_id: &str, release_until: i64) -> Vec<OrderPlan> 
                 Plan::Drill(Drilled::SweepBacklog) => format!("fault-no-wakeup-{run_id}-sw{k}"),
                 Plan::Drill(Drilled::ReleaseFails) => format!("fault-release-until-{release_until}-{run_id}-{k}"),
                 Plan::Drill(Drilled::RelayFails) => format!("fault-relay-{run_id}-{k}"),
+                Plan::Drill(Drilled::SlowChannel) => format!("fault-slow-channel-{run_id}-{k}"),
                 // Stripe's "not found" is the close's: it hears that of the
                 // payments of these buyers' orders (`shared/src/faults.rs`).
                 Plan::Drill(Drilled::ChannelNotFound) if args.channel == Channel::Stripe => {
@@ -270,6 +274,13 @@ fn stripe_setup(args: &mut Args, stack: &Stack, notes: &mut Vec<String>) -> Resu
         args.drills.retain(|d| *d != Drill::ChannelTimeout);
         let why = "channel-timeout skipped: it plants a query timeout in the sandbox channel, and Stripe \
                    (localstripe) has no such fault";
+        println!("{why}");
+        notes.push(why.to_owned());
+    }
+    if args.drills.contains(&Drill::SlowChannel) {
+        args.drills.retain(|d| *d != Drill::SlowChannel);
+        let why = "slow-channel skipped: it slows the sandbox channel's answers, and Stripe (localstripe) has no \
+                   such fault";
         println!("{why}");
         notes.push(why.to_owned());
     }
@@ -742,6 +753,7 @@ async fn run_inner(mut args: Args) -> Result<i32, String> {
             (Drill::ReleaseFails, Drilled::ReleaseFails),
             (Drill::SweepPause, Drilled::SweepBacklog),
             (Drill::RelayFails, Drilled::RelayFails),
+            (Drill::SlowChannel, Drilled::SlowChannel),
         ]
         .into_iter()
         .filter(|(d, _)| args.drills.contains(d))
@@ -827,13 +839,17 @@ mod tests {
 
     #[test]
     fn drill_orders_get_the_buyer_name_that_plants_their_fault() {
-        let plans =
-            plan_orders(&args(&["--drills", "crash-closer,release-fails,scheduler-down,relay-fails"]), "lcx", 99);
+        let plans = plan_orders(
+            &args(&["--drills", "crash-closer,release-fails,scheduler-down,relay-fails,slow-channel"]),
+            "lcx",
+            99,
+        );
         let prefix = |d: Drilled| match d {
             Drilled::CrashCloser => "fault-crash-closer-lcx-".to_owned(),
             Drilled::ReleaseFails => "fault-release-until-99-lcx-".to_owned(),
             Drilled::SchedulerDown => "fault-no-wakeup-lcx-".to_owned(),
             Drilled::RelayFails => "fault-relay-lcx-".to_owned(),
+            Drilled::SlowChannel => "fault-slow-channel-lcx-".to_owned(),
             other => panic!("{other:?} was not asked for"),
         };
         let mut seen = BTreeSet::new();
@@ -846,7 +862,7 @@ mod tests {
                 Plan::Mix(_) => assert!(!p.buyer.starts_with("fault-"), "{p:?}"),
             }
         }
-        assert_eq!(seen.len(), 4, "every drill asked for has orders: {seen:?}");
+        assert_eq!(seen.len(), 5, "every drill asked for has orders: {seen:?}");
         // The Scheduler is down only for the middle fifth of the creates.
         assert!(plans
             .iter()

@@ -85,6 +85,14 @@ pub enum Drilled {
     SweepBacklog,
     /// `fault-relay-`: the relay's first publish of each event fails.
     RelayFails,
+    /// `fault-slow-channel-`: the sandbox takes 9 s per question about the
+    /// order's payments. Even orders: a second key's payment
+    /// entry must answer 503 `channel_slow` inside the API's time (the
+    /// earlier attempt cannot be closed in time), then the first attempt is
+    /// paid: PAID. Odd orders: never paid; an operator check after expiry
+    /// must answer 200 inside the API's time; the close holds the order
+    /// until a run has the time to ask: CLOSED.
+    SlowChannel,
 }
 
 impl Scenario {
@@ -120,6 +128,7 @@ impl Drilled {
             Self::ReleaseFails => "drill:release_fails",
             Self::SweepBacklog => "drill:sweep_backlog",
             Self::RelayFails => "drill:relay_fails",
+            Self::SlowChannel => "drill:slow_channel",
         }
     }
 }
@@ -172,8 +181,10 @@ impl Plan {
             Plan::Drill(
                 Drilled::CrashCloser | Drilled::SchedulerDown | Drilled::SweepBacklog | Drilled::ReleaseFails,
             ) => Some((CLOSED, NONE)),
-            Plan::Drill(Drilled::RelayFails | Drilled::ChannelTimeout) if index % 2 == 0 => Some((PAID, NONE)),
-            Plan::Drill(Drilled::RelayFails | Drilled::ChannelTimeout) => Some((CLOSED, NONE)),
+            Plan::Drill(Drilled::RelayFails | Drilled::ChannelTimeout | Drilled::SlowChannel) if index % 2 == 0 => {
+                Some((PAID, NONE))
+            }
+            Plan::Drill(Drilled::RelayFails | Drilled::ChannelTimeout | Drilled::SlowChannel) => Some((CLOSED, NONE)),
             // Closed and refunded; PAID only had the close not run by the
             // time the money moved.
             Plan::Drill(Drilled::ChannelNotFound) => Some((&["CLOSED", "PAID"], &[0, 1])),
@@ -535,6 +546,7 @@ impl Driver<'_> {
                 let outcome = if self.plan.index % 2 == 0 { "SUCCEEDED" } else { "FAILED" };
                 self.settle(&a, json!({"outcome": outcome, "notify": false, "faults": {}})).await;
             }
+            Plan::Drill(Drilled::SlowChannel) => self.slow_channel(&id, amount, &pay_key, expire_at).await,
             Plan::Drill(Drilled::ChannelNotFound) => {
                 let Some(a) = self.start_payment(&id, amount, &pay_key).await else { return };
                 self.settle(&a, json!({"faults": {"query": "not_found"}})).await;
@@ -554,6 +566,44 @@ impl Driver<'_> {
 }
 
 impl Driver<'_> {
+    /// The slow-channel drill (see [`Drilled::SlowChannel`]). Its calls are
+    /// sent once, not retried: a 5xx here is the answer under test (a
+    /// gateway timeout means a budget did not hold), not a hiccup.
+    async fn slow_channel(&mut self, id: &str, amount: i64, key: &str, expire_at: OffsetDateTime) {
+        let Some(first) = self.start_payment(id, amount, key).await else { return };
+        if self.plan.index % 2 == 0 {
+            let path = format!("/orders/{id}/payments");
+            let key2 = format!("{}-pay2", self.plan.idempotency_key);
+            let body = self.payment_body();
+            let started = std::time::Instant::now();
+            match self
+                .client
+                .send(Auth::Buyer(&self.plan.buyer), "POST", &path, &[("Idempotency-Key", &key2)], Some(&body))
+                .await
+            {
+                // The earlier attempt could not be closed in the API's time:
+                // an honest "retry later", nothing concluded.
+                Ok(r) if r.status == 503 && r.body["error"]["code"] == "channel_slow" => {}
+                Ok(r) => self.wrong(format!(
+                    "a second key with the channel in a brownout answered {} {} after {:?} (want 503 channel_slow)",
+                    r.status,
+                    r.body,
+                    started.elapsed()
+                )),
+                Err(e) => self.error(format!("second key: {e}")),
+            }
+            self.settle(&first, json!({"outcome": "SUCCEEDED", "notify": true})).await;
+        } else {
+            sleep_until(expire_at + Duration::from_secs(2)).await;
+            let path = format!("/admin/orders/{id}/check");
+            match self.client.send(Auth::Iam, "POST", &path, &[], None).await {
+                Ok(r) if r.status == 200 => {}
+                Ok(r) => self.wrong(format!("an operator check in a brownout answered {} {}", r.status, r.body)),
+                Err(e) => self.error(format!("operator check: {e}")),
+            }
+        }
+    }
+
     /// A payment entry after `expire_at`: refused, whatever the channel.
     async fn payment_after_expiry(&mut self, id: &str, key: &str) {
         let path = format!("/orders/{id}/payments");

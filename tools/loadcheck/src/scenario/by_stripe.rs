@@ -75,6 +75,7 @@ impl Driver<'_> {
             Plan::Drill(Drilled::ChannelNotFound) => self.late_success(s, opts, id, amount, &key, expire_at).await,
             // Not planned with Stripe (the run drops the drill, saying so).
             Plan::Drill(Drilled::ChannelTimeout) => self.error("channel-timeout has no Stripe fault".into()),
+            Plan::Drill(Drilled::SlowChannel) => self.error("slow-channel has no Stripe fault".into()),
         }
         true
     }

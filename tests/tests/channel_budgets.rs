@@ -1,0 +1,288 @@
+//! The order API and settle-order inside their invocation's time while the
+//! payment channel is in a brownout (every call takes a minute): payment
+//! entry's supersede and open, the operator's force-check, and settle's
+//! closing of a PAID order's other payments are cut off at the deadline
+//! derived from the invocation's own (the Lambda context's, less a margin).
+//! What was not asked stays unknown — held, never taken as unpaid — and the
+//! caller gets an honest answer: 503 with `Retry-After`, a check that says
+//! `reminded_later`, a settle message handed back. The close batch's own
+//! budget is `close_batch_budget.rs`. DynamoDB Local, the channel faked.
+
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use order_core::aws::dynamo::DynamoStore;
+use order_core::domain::*;
+use order_core::handlers::batch::each_sqs_message_within;
+use order_core::handlers::effects::settle_message_until;
+use order_core::handlers::requests::{force_check_until, start_payment};
+use order_core::http::error_response;
+use order_core::ports::*;
+use order_core::store::*;
+use order_core::usecases::close_order::CloseOrder;
+use order_core::usecases::create_order::CreateOrder;
+use order_core::usecases::payments::StartPayment;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use system_tests::fakes::{FixedClock, RecordedReminders, RecordedWakeUps};
+use system_tests::fixtures::{eur, processing_attempt};
+use system_tests::CreateAsNamed;
+use system_tests::{dynamodb_local, fresh_table};
+
+const T0: i64 = 1_800_000_000_000;
+const SANDBOX: &[u8] = br#"{"channel":"sandbox"}"#;
+/// What the tests allow a cut-off call beyond its deadline (the store's
+/// writes after it, a loaded machine).
+const SLACK: Duration = Duration::from_secs(8);
+
+/// A channel in a brownout: every question takes a minute; opening too
+/// while `slow_open` is set.
+#[derive(Clone, Default)]
+struct Brownout {
+    slow_open: Arc<AtomicBool>,
+}
+#[async_trait::async_trait]
+impl PaymentChannel for Brownout {
+    async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<OpenedPayment, Unavailable> {
+        if self.slow_open.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+        Ok(OpenedPayment::default())
+    }
+    async fn query(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Ok(ChannelPayment::NotFound)
+    }
+    async fn cancel(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Ok(ChannelPayment::Failed)
+    }
+    async fn refund(&self, _: &PaymentAttempt, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
+        Ok(RefundResult::Failed("not here".into()))
+    }
+}
+
+struct World {
+    store: DynamoStore,
+    clock: FixedClock,
+    channel: Brownout,
+}
+
+impl World {
+    async fn new() -> Self {
+        let store = fresh_table(&dynamodb_local().await).await;
+        system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 100, &eur(100)).await.unwrap();
+        Self { store, clock: FixedClock::at(T0), channel: Brownout::default() }
+    }
+
+    /// A fresh order of u1 (60 s window), with one PROCESSING attempt made
+    /// at T0 when `with_attempt`.
+    async fn order(&self, with_attempt: bool) -> (Order, Option<PaymentAttempt>) {
+        let create = CreateOrder {
+            store: self.store.clone(),
+            clock: Box::new(self.clock.clone()),
+            ids: Box::new(RandomIds),
+            window: Duration::from_secs(60),
+            expiry_rule_version: "t".into(),
+        };
+        let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
+        let key = format!("k{}", rand::random::<u64>());
+        let order = create.execute_as_named(Some(&key), body.to_string().as_bytes()).await.unwrap().order;
+        let attempt = if with_attempt { Some(self.attempt(&order).await) } else { None };
+        (order, attempt)
+    }
+
+    async fn attempt(&self, order: &Order) -> PaymentAttempt {
+        let order = self.store.order(&order.order_id).await.unwrap().unwrap();
+        let a = processing_attempt(&order, Timestamp::from_unix_millis(T0));
+        assert_eq!(self.store.record_attempt(&order, &a).await.unwrap(), AttemptResult::Recorded);
+        a
+    }
+
+    fn payment_entry(&self, until: Instant) -> StartPayment<'_, DynamoStore, Brownout> {
+        StartPayment {
+            store: &self.store,
+            channel: Some(&self.channel),
+            clock: &self.clock,
+            ids: &RandomIds,
+            merchant_id: "m1",
+            not_found_grace: Duration::from_secs(30),
+            until: Some(until),
+        }
+    }
+
+    fn closer(&self) -> CloseOrder<DynamoStore, Brownout, RecordedReminders> {
+        CloseOrder {
+            store: self.store.clone(),
+            channel: self.channel.clone(),
+            reminders: RecordedReminders::default(),
+            clock: Box::new(self.clock.clone()),
+            lease: Duration::from_secs(60),
+            not_found_grace: Duration::from_secs(30),
+            // The order API's own budget (functions/bootstrap/src/order_api.rs).
+            budget: Duration::from_secs(5),
+        }
+    }
+
+    async fn record(&self, o: &Order) -> OrderRecord {
+        self.store.order_record(&o.order_id).await.unwrap().unwrap()
+    }
+}
+
+/// Runs `f` under a bound well past the deadline under test, so that the
+/// old behaviour (waiting for the channel) fails as an assertion, not a
+/// hang of a minute.
+async fn bounded<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(20), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: still waiting for the channel 20 s later (no budget)"))
+}
+
+/// The JSON body of an answer (`lambda_http::Body` is `aws_lambda_events`'s).
+fn body_of(body: &aws_lambda_events::encodings::Body) -> Value {
+    serde_json::from_slice(body.as_ref()).expect("a JSON body")
+}
+
+#[tokio::test]
+async fn a_new_attempt_whose_earlier_one_the_channel_cannot_close_in_time_answers_503_with_retry_after() {
+    let w = World::new().await;
+    let (order, earlier) = w.order(true).await;
+    let earlier = earlier.unwrap();
+    // Past the not-found grace: a new attempt must first set the earlier
+    // one aside at the channel, which does not answer.
+    w.clock.set(T0 + 40_000);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(2);
+    let uc = w.payment_entry(deadline);
+    let r = bounded("payment entry", start_payment(&uc, &order.user_id, order.order_id.as_str(), Some("k2"), SANDBOX))
+        .await;
+    let took = started.elapsed();
+    let err = r.expect_err("no attempt can be started while the earlier one is unknown");
+    let resp = error_response(&err);
+    println!("answered {} after {took:?}: {}", resp.status(), body_of(resp.body()));
+    assert!(took < Duration::from_secs(2) + SLACK, "answered at the deadline, not the channel's minute: {took:?}");
+    assert_eq!(resp.status(), 503);
+    assert_eq!(resp.headers().get("retry-after").and_then(|v| v.to_str().ok()), Some("5"));
+    assert_eq!(body_of(resp.body())["error"]["code"], "channel_slow");
+    let rec = w.record(&order).await;
+    assert_eq!(rec.payments.len(), 1, "no new attempt was recorded");
+    assert_eq!(rec.payments[0].payment_id, earlier.payment_id);
+    assert_eq!(rec.payments[0].status, PaymentStatus::Processing, "the earlier attempt is not taken as unpaid");
+    assert_eq!(rec.order.status, OrderStatus::PendingPayment);
+}
+
+#[tokio::test]
+async fn an_attempt_whose_opening_is_cut_off_answers_503_and_the_retry_opens_the_same_attempt() {
+    let w = World::new().await;
+    let (order, _) = w.order(false).await;
+    w.clock.set(T0 + 1_000);
+    w.channel.slow_open.store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    let uc = w.payment_entry(started + Duration::from_secs(2));
+    let r = bounded("payment entry", start_payment(&uc, &order.user_id, order.order_id.as_str(), Some("k1"), SANDBOX))
+        .await;
+    let took = started.elapsed();
+    let resp = error_response(&r.expect_err("the channel did not open it in time"));
+    println!("answered {} after {took:?}: {}", resp.status(), body_of(resp.body()));
+    assert!(took < Duration::from_secs(2) + SLACK, "{took:?}");
+    assert_eq!(resp.status(), 503);
+    assert_eq!(body_of(resp.body())["error"]["code"], "channel_slow");
+    let rec = w.record(&order).await;
+    assert_eq!(rec.payments.len(), 1, "the attempt was recorded before it was opened");
+    assert_eq!(rec.payments[0].status, PaymentStatus::Processing, "held as recorded: not concluded");
+    // The channel recovers; the buyer retries with the same key, as told.
+    w.channel.slow_open.store(false, Ordering::SeqCst);
+    let uc = w.payment_entry(Instant::now() + Duration::from_secs(2));
+    let again = start_payment(&uc, &order.user_id, order.order_id.as_str(), Some("k1"), SANDBOX).await.unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.attempt.payment_id, rec.payments[0].payment_id, "the same attempt, opened now");
+}
+
+#[tokio::test]
+async fn an_operator_check_with_a_slow_channel_answers_inside_the_invocation_and_releases_nothing() {
+    let w = World::new().await;
+    let (order, _) = w.order(true).await;
+    w.clock.set(T0 + 61_000);
+    let closer = w.closer();
+    let started = Instant::now();
+    let v = bounded(
+        "force-check",
+        force_check_until(&closer, order.order_id.as_str(), "ops", Some(started + Duration::from_secs(2))),
+    )
+    .await
+    .expect("the check answers");
+    let took = started.elapsed();
+    println!("check after {took:?}: {v}");
+    assert!(took < Duration::from_secs(2) + SLACK, "{took:?}");
+    assert_eq!(v["outcome"], "reminded_later", "{v}");
+    let rec = w.record(&order).await;
+    assert_eq!(rec.order.status, OrderStatus::Closing, "held: the payment is unknown");
+    // UNKNOWN when the question was cut off; still PROCESSING when the time
+    // was spent before it could be asked (a loaded machine): never FAILED.
+    let status = rec.payments[0].status;
+    assert!(matches!(status, PaymentStatus::Unknown | PaymentStatus::Processing), "not concluded unpaid: {status:?}");
+    assert!(rec.reservations.iter().all(|r| r.status == ReservationStatus::Reserved), "nothing released");
+    assert_eq!(closer.reminders.0.lock().unwrap().len(), 1, "asked again later");
+}
+
+fn settle_batch(orders: &[&Order]) -> SqsEvent {
+    let mut event = SqsEvent::default();
+    event.records = orders
+        .iter()
+        .map(|o| {
+            let mut m = SqsMessage::default();
+            m.message_id = Some(format!("m-{}", o.order_id));
+            m.body = Some(json!({"order_id": o.order_id, "trigger": "OrderPaid"}).to_string());
+            m
+        })
+        .collect();
+    event
+}
+
+#[tokio::test]
+async fn a_settle_batch_hands_back_the_order_whose_other_payment_could_not_be_closed_in_time() {
+    let w = World::new().await;
+    // Paid by its second attempt; the first is still open at the channel.
+    let (slow, first) = w.order(true).await;
+    let first = first.unwrap();
+    let second = w.attempt(&slow).await;
+    let paid = |o: &Order, a: &PaymentAttempt| {
+        let (store, o, a) = (w.store.clone(), o.clone(), a.clone());
+        async move {
+            let o = store.order(&o.order_id).await.unwrap().unwrap();
+            let ev = Evidence { at: o.created_at, source: "t".into(), status: PaymentStatus::Succeeded, detail: None };
+            let tx = format!("tx-{}", a.payment_id);
+            assert_eq!(store.settle_success(&o, &a, &tx, ev, None, "n").await.unwrap(), SettleResult::Paid);
+        }
+    };
+    paid(&slow, &second).await;
+    // An order of the same batch paid by its only attempt.
+    let (plain, only) = w.order(true).await;
+    paid(&plain, &only.unwrap()).await;
+    let wakeups = RecordedWakeUps::default();
+    // Eight seconds for the two: the slow one's share (half) ends while the
+    // channel is still "thinking", and leaves the other its share.
+    let started = Instant::now();
+    let response = bounded(
+        "settle batch",
+        each_sqs_message_within(settle_batch(&[&slow, &plain]), started + Duration::from_secs(8), |m, until| {
+            let (w, wakeups) = (&w, &wakeups);
+            async move {
+                let body = m.body.as_deref().unwrap_or("");
+                settle_message_until(&w.store, wakeups, &w.channel, &w.clock, body, Some(until)).await
+            }
+        }),
+    )
+    .await;
+    let took = started.elapsed();
+    let failed: Vec<&str> = response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();
+    println!("batch after {took:?}, handed back {failed:?}");
+    assert!(took < Duration::from_secs(8) + SLACK, "{took:?}");
+    assert_eq!(failed, [format!("m-{}", slow.order_id)], "only the unfinished settle comes back");
+    let rec = w.record(&slow).await;
+    let open = rec.payments.iter().find(|p| p.payment_id == first.payment_id).unwrap();
+    assert_eq!(open.status, PaymentStatus::Processing, "not asked in time: left as it is, never taken as unpaid");
+    assert!(rec.reservations.iter().all(|r| r.status == ReservationStatus::Confirmed), "the stock is sold");
+    let plain = w.record(&plain).await;
+    assert!(plain.reservations.iter().all(|r| r.status == ReservationStatus::Confirmed), "the other settle ran");
+}
