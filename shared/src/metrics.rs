@@ -151,6 +151,8 @@ pub const OLDEST_PENDING_EFFECT_SECONDS: Metric =
     Metric { name: "OldestPendingEffectSeconds", unit: Unit::Seconds, dimensions: &[] };
 pub const SWEEP_DURATION: Metric = Metric { name: "SweepDuration", unit: Unit::Milliseconds, dimensions: &[] };
 pub const SWEEP_UNFINISHED_SHARDS: Metric = count_metric("SweepUnfinishedShards");
+/// Stored cursors the due index refused, dropped (their shard swept from the top).
+pub const SWEEP_CURSORS_RESET: Metric = count_metric("SweepCursorsReset");
 pub const SWEEP_COMPLETED: Metric = count_metric("SweepCompleted");
 /// Refunds given up on (REFUND_FAILED) and not yet resolved by a person,
 /// counted by each sweep run from their index entries: a state, so its
@@ -230,6 +232,7 @@ const NAMED: &[&Metric] = &[
     &OLDEST_PENDING_EFFECT_SECONDS,
     &SWEEP_DURATION,
     &SWEEP_UNFINISHED_SHARDS,
+    &SWEEP_CURSORS_RESET,
     &SWEEP_COMPLETED,
     &RECONCILE_COMPLETED,
     &OPEN_ORDERS,

@@ -180,7 +180,7 @@ pub trait PaymentChannel: Send + Sync {
 #[async_trait]
 pub trait Redrive: Send + Sync {
     /// Close reminders for due open orders, `{"order_id", "trigger": "sweep"}`
-    /// on CloseQueue (sent in batches).
+    /// on CloseQueue (the sweep hands at most 10 at a time: one batch).
     async fn close(&self, order_ids: &[OrderId]) -> Result<(), Unavailable>;
     /// Runs release (CLOSED) or settle (PAID) again for a final order whose
     /// effects are still pending.

@@ -387,6 +387,28 @@ pub struct SweepCursors {
     pub shards: std::collections::BTreeMap<String, DueCursor>,
 }
 
+/// Why a page of the due index was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum DuePageError {
+    /// The service refused the start key as invalid for this query: outside
+    /// its key condition (the cutoff is now before the stored key, e.g.
+    /// `SweepGraceSeconds` was raised since it was stored) or not a key of
+    /// the index at all. The same query from the top is valid, so the key
+    /// is dropped, never retried.
+    #[error("start key refused: {0}")]
+    CursorRejected(Unavailable),
+    #[error(transparent)]
+    Unavailable(#[from] Unavailable),
+}
+
+impl From<DuePageError> for Unavailable {
+    fn from(e: DuePageError) -> Self {
+        match e {
+            DuePageError::CursorRejected(e) | DuePageError::Unavailable(e) => e,
+        }
+    }
+}
+
 /// The due index: open orders and pending effects, by shard and due time.
 #[async_trait]
 pub trait DueIndex: Send + Sync {
@@ -398,14 +420,15 @@ pub trait DueIndex: Send + Sync {
     /// due time already includes theirs.
     fn is_open_shard(&self, shard: &str) -> bool;
     /// Entries of `shard` with `due_at <= cutoff`, oldest first, at most
-    /// `limit`, continuing after `start`.
+    /// `limit`, continuing after `start` ([`DuePageError::CursorRejected`]
+    /// when the service refuses `start`).
     async fn due_page(
         &self,
         shard: &str,
         cutoff: Timestamp,
         limit: u32,
         start: Option<DueCursor>,
-    ) -> Result<DuePage, Unavailable>;
+    ) -> Result<DuePage, DuePageError>;
     /// Moves an open order's entry (found by the sweep in `shard`) to
     /// `until`, if it is still where the sweep found it: a reminder for the
     /// order is on its way, so the next runs leave the order to it until

@@ -5,8 +5,9 @@
 use super::dynamo::{key, keys, n, s, DynamoStore, Item};
 use crate::domain::{OrderId, PaymentId, Timestamp};
 use crate::ports::Unavailable;
-use crate::store::{Cas, DueCursor, DueEntry, DueIndex, DueItem, DuePage, SweepCursors};
+use crate::store::{Cas, DueCursor, DueEntry, DueIndex, DueItem, DuePage, DuePageError, SweepCursors};
 use async_trait::async_trait;
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{AttributeValue as Av, ReturnConsumedCapacity, ReturnValue};
 
 pub const DUE_INDEX: &str = "due-index";
@@ -68,7 +69,7 @@ impl DueIndex for DynamoStore {
         cutoff: Timestamp,
         limit: u32,
         start: Option<DueCursor>,
-    ) -> Result<DuePage, Unavailable> {
+    ) -> Result<DuePage, DuePageError> {
         let out = self
             .client()
             .query()
@@ -83,7 +84,23 @@ impl DueIndex for DynamoStore {
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await
-            .map_err(|e| Unavailable::new("query due index", e))?;
+            .map_err(|e| {
+                // The query is the same with or without a start key, so a
+                // ValidationException with one is about the key: DynamoDB
+                // says "The provided starting key is outside query
+                // boundaries based on provided conditions", DynamoDB Local
+                // "… does not match the range key predicate" (a cutoff
+                // before the key), or "Exclusive Start Key must have same
+                // size as table's key schema" (not a key of the index).
+                let refused =
+                    start.is_some() && e.as_service_error().and_then(|s| s.code()) == Some("ValidationException");
+                let e = Unavailable::new("query due index", e);
+                if refused {
+                    DuePageError::CursorRejected(e)
+                } else {
+                    DuePageError::Unavailable(e)
+                }
+            })?;
         let is_open = shard.starts_with(keys::OPEN_PREFIX);
         let entries = out
             .items()

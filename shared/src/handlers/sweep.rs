@@ -59,6 +59,7 @@ pub async fn run_sweep<I: DueIndex + PaymentStore, R: Redrive>(
         "refunds_found": report.refunds_found,
         "unrecognised": report.unrecognised,
         "failures": report.failures,
+        "cursors_reset": report.cursors_reset,
         "oldest_open_overdue_seconds": report.oldest_open_overdue.as_secs_f64(),
         "oldest_effect_overdue_seconds": report.oldest_effect_overdue.as_secs_f64(),
         "unfinished_shards": report.unfinished,

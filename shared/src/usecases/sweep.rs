@@ -15,11 +15,18 @@
 //! A run that runs out of time stores where each unfinished shard stopped;
 //! the next run goes on from there. Two overlapping runs only send the same
 //! reminders twice, which the use cases absorb.
+//!
+//! A run's work in flight is bounded however large the backlog:
+//! [`SweepConfig::shards_at_once`] shards at a time, each with at most
+//! [`SweepConfig::calls_per_shard`] calls (reminder batches, snoozes) at a
+//! time. A stored cursor the index refuses is dropped and its shard swept
+//! from the top, so it cannot fail every run.
 
 use crate::domain::{OrderId, Timestamp};
 use crate::metrics;
 use crate::ports::{Clock, Redrive, Unavailable};
-use crate::store::{Cas, DueCursor, DueEntry, DueIndex, DueItem, SweepCursors};
+use crate::store::{Cas, DueCursor, DueEntry, DueIndex, DueItem, DuePageError, SweepCursors};
+use futures_util::StreamExt;
 use std::time::Duration;
 use tracing::{info, instrument, warn};
 
@@ -42,6 +49,21 @@ pub struct SweepConfig {
     /// default is the close queue's visibility timeout: a reminder taken
     /// and failed is redelivered by SQS after it anyway.
     pub remind_again_after: Duration,
+    /// Shards swept at the same time. With every shard at once (32), a
+    /// backlog of 10,000 due orders put 16 pages × 100 snoozes in flight
+    /// together: 1,600 writes, each on a fresh connection, from one small
+    /// function (issue 16; on DynamoDB Local with the functions' client
+    /// settings the run's first query then timed out and the run failed,
+    /// saving no cursor). 4 keeps a run's fan-out small and still covers
+    /// 32 shards in 8 rounds, each one query when nothing is due.
+    pub shards_at_once: usize,
+    /// Calls one shard has in flight at the same time: close reminders
+    /// (one `SendMessageBatch` of 10 each) and snoozes. A run has at most
+    /// `shards_at_once × calls_per_shard` = 32 calls in flight, so at most
+    /// 32 connections to open; at ~10 ms a write that is still ~3,000
+    /// entries a second, a backlog of 10,000 in a few seconds of a 40 s
+    /// budget (the drain test prints the figures on DynamoDB Local).
+    pub calls_per_shard: usize,
 }
 
 impl Default for SweepConfig {
@@ -51,6 +73,8 @@ impl Default for SweepConfig {
             page: 100,
             budget: Duration::from_secs(40),
             remind_again_after: Duration::from_secs(180),
+            shards_at_once: 4,
+            calls_per_shard: 8,
         }
     }
 }
@@ -77,6 +101,9 @@ pub struct SweepReport {
     pub unfinished: Vec<String>,
     /// Re-drives that failed (retried by the next run: the entries stay).
     pub failures: u32,
+    /// Stored cursors the index refused (see [`DuePageError::CursorRejected`]):
+    /// dropped, their shard swept from the top.
+    pub cursors_reset: u32,
 }
 
 impl SweepReport {
@@ -104,11 +131,17 @@ pub async fn sweep<I: DueIndex, R: Redrive>(
     let deadline = started.plus(cfg.budget);
     let stored = index.sweep_cursors().await?;
     let shards = index.shards();
-    let runs = futures_util::future::join_all(shards.iter().map(|shard| {
-        let start = stored.shards.get(shard).cloned();
-        sweep_shard(index, redrive, clock, cfg, shard, start, started, deadline)
-    }))
-    .await;
+    let stored_ref = &stored;
+    let mut runs: Vec<(usize, Result<ShardRun, Unavailable>)> = futures_util::stream::iter(shards.iter().enumerate())
+        .map(|(i, shard)| async move {
+            let start = stored_ref.shards.get(shard).cloned();
+            (i, sweep_shard(index, redrive, clock, cfg, shard, start, started, deadline).await)
+        })
+        .buffer_unordered(cfg.shards_at_once.max(1))
+        .collect()
+        .await;
+    runs.sort_by_key(|(i, _)| *i);
+    let runs = runs.into_iter().map(|(_, run)| run);
 
     let mut report = SweepReport { shards: shards.len(), ..Default::default() };
     let mut cursors = SweepCursors { version: stored.version, ..Default::default() };
@@ -156,6 +189,7 @@ pub async fn sweep<I: DueIndex, R: Redrive>(
         consumed_capacity = report.consumed_capacity,
         unfinished = report.unfinished.len(),
         snoozed = report.snoozed,
+        cursors_reset = report.cursors_reset,
         duration_ms = started.until(clock.now()).as_millis() as u64,
         "sweep done"
     );
@@ -189,7 +223,19 @@ async fn sweep_shard<I: DueIndex, R: Redrive>(
     let mut first_failure: Option<Resume> = None;
     let mut handled = 0u32;
     loop {
-        let page = index.due_page(shard, cutoff, cfg.page, start.take()).await?;
+        let page = match index.due_page(shard, cutoff, cfg.page, start.take()).await {
+            Ok(page) => page,
+            // Kept, a refused cursor would fail this shard, and the run,
+            // every time. Once per shard and run: the query from the top
+            // carries no cursor to refuse.
+            Err(DuePageError::CursorRejected(e)) if report.cursors_reset == 0 => {
+                warn!(shard, error = %e, "stored sweep cursor refused by the index: dropped, shard swept from the top");
+                report.cursors_reset += 1;
+                last_done = None;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         report.queries += 1;
         report.items_read += page.entries.len() as u32;
         report.consumed_capacity += page.consumed_capacity;
@@ -235,28 +281,20 @@ async fn sweep_shard<I: DueIndex, R: Redrive>(
             last_done = Some(entry.key.clone());
         }
         if !close.is_empty() {
-            let ids: Vec<OrderId> = close
-                .iter()
-                .filter_map(|e| if let DueItem::Open(id) = &e.item { Some(id.clone()) } else { None })
-                .collect();
-            log_found(&ids);
-            match redrive.close(&ids).await {
-                Ok(()) => {
-                    let (moved, oldest) = snooze_all(index, shard, &close, now.plus(cfg.remind_again_after)).await;
-                    report.snoozed += moved;
-                    // Counted from the order's own due time: the entry's
-                    // restarts with every snooze, and an order reminded and
-                    // left open must still reach the overdue alarm.
-                    if let Some(due) = oldest {
-                        report.oldest_open_overdue = report.oldest_open_overdue.max(due.until(now));
-                    }
-                }
-                Err(e) => {
-                    warn!(error = %e, "close reminders not sent; the next run finds the orders again");
-                    report.failures += close.len() as u32;
-                    // The whole page's reminders: resume from the page's start.
-                    first_failure.get_or_insert(page_start);
-                }
+            let (sent, unsent) = remind_all(redrive, &close, cfg.calls_per_shard).await;
+            if unsent > 0 {
+                report.failures += unsent;
+                // Some of the page's reminders: resume from the page's start.
+                first_failure.get_or_insert(page_start);
+            }
+            let until = now.plus(cfg.remind_again_after);
+            let (moved, oldest) = snooze_all(index, shard, &sent, until, cfg.calls_per_shard).await;
+            report.snoozed += moved;
+            // Counted from the order's own due time: the entry's restarts
+            // with every snooze, and an order reminded and left open must
+            // still reach the overdue alarm.
+            if let Some(due) = oldest {
+                report.oldest_open_overdue = report.oldest_open_overdue.max(due.until(now));
             }
         }
         let out_of_time = stopped_early || clock.now() >= deadline;
@@ -292,17 +330,56 @@ async fn bounded<F: std::future::Future<Output = Result<(), Unavailable>>>(f: F,
     }
 }
 
-/// Moves the entries of orders just reminded to `until`: how many moved,
-/// and the earliest own due time among them (see [`DueIndex::snooze`]). A
-/// move that fails or is refused costs nothing but a reminder more at the
-/// next run: the entry is where it was.
+/// Close reminders for a page's open orders, one [`Redrive::close`] call
+/// per `SendMessageBatch` (10 messages, the most SQS takes in one), at most
+/// `at_once` of them in flight, each bounded in time. The entries whose
+/// reminders were sent, and how many were not (their orders stay due).
+async fn remind_all<'e, R: Redrive>(redrive: &R, entries: &[&'e DueEntry], at_once: usize) -> (Vec<&'e DueEntry>, u32) {
+    let batches: Vec<(bool, &[&DueEntry])> = futures_util::stream::iter(entries.chunks(REMINDERS_PER_CALL))
+        .map(|batch| async move {
+            let ids: Vec<OrderId> = batch
+                .iter()
+                .filter_map(|e| if let DueItem::Open(id) = &e.item { Some(id.clone()) } else { None })
+                .collect();
+            let ok = bounded(redrive.close(&ids), || format!("close reminders for {} orders", ids.len())).await;
+            if ok {
+                log_found(&ids);
+            }
+            (ok, batch)
+        })
+        .buffer_unordered(at_once.max(1))
+        .collect()
+        .await;
+    let (mut sent, mut unsent) = (Vec::new(), 0);
+    for (ok, batch) in batches {
+        if ok {
+            sent.extend_from_slice(batch);
+        } else {
+            unsent += batch.len() as u32;
+        }
+    }
+    (sent, unsent)
+}
+
+/// SQS's most messages in one `SendMessageBatch`.
+const REMINDERS_PER_CALL: usize = 10;
+
+/// Moves the entries of orders just reminded to `until`, at most `at_once`
+/// at a time: how many moved, and the earliest own due time among them (see
+/// [`DueIndex::snooze`]). A move that fails or is refused costs nothing but
+/// a reminder more at the next run: the entry is where it was.
 async fn snooze_all<I: DueIndex>(
     index: &I,
     shard: &str,
     entries: &[&DueEntry],
     until: Timestamp,
+    at_once: usize,
 ) -> (u32, Option<Timestamp>) {
-    let moved = futures_util::future::join_all(entries.iter().map(|e| index.snooze(shard, e, until))).await;
+    let moved: Vec<_> = futures_util::stream::iter(entries)
+        .map(|e| index.snooze(shard, e, until))
+        .buffer_unordered(at_once.max(1))
+        .collect()
+        .await;
     let (mut count, mut oldest) = (0, None::<Timestamp>);
     for r in moved {
         match r {
@@ -338,6 +415,7 @@ fn merge(into: &mut SweepReport, r: SweepReport) {
     into.unrecognised += r.unrecognised;
     into.snoozed += r.snoozed;
     into.failures += r.failures;
+    into.cursors_reset += r.cursors_reset;
     into.oldest_open_overdue = into.oldest_open_overdue.max(r.oldest_open_overdue);
     into.oldest_effect_overdue = into.oldest_effect_overdue.max(r.oldest_effect_overdue);
 }
@@ -353,5 +431,6 @@ pub fn emit_metrics(report: &SweepReport, duration: Duration) {
     metrics::OLDEST_PENDING_EFFECT_SECONDS.duration(report.oldest_effect_overdue);
     metrics::SWEEP_DURATION.duration(duration);
     metrics::SWEEP_UNFINISHED_SHARDS.count(report.unfinished.len() as u64);
+    metrics::SWEEP_CURSORS_RESET.count(u64::from(report.cursors_reset));
     metrics::SWEEP_COMPLETED.count(1);
 }

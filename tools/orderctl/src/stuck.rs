@@ -20,7 +20,7 @@ use crate::queues::{self, Depth};
 use crate::settings::Stack;
 use order_core::aws::dynamo::{DueShards, DynamoStore};
 use order_core::domain::{CouponLockStatus, OrderStatus, RefundStatus, ReservationStatus, Timestamp};
-use order_core::ports::{Clock, SystemClock};
+use order_core::ports::{Clock, SystemClock, Unavailable};
 use order_core::store::{DueEntry, DueIndex, DueItem, OrderStore, PaymentStore};
 use serde::Serialize;
 use serde_json::json;
@@ -194,7 +194,13 @@ async fn shard_summary(store: &DynamoStore, shard: String, far: Timestamp) -> Re
     if entries == 0 {
         return Ok(None);
     }
-    let oldest = store.due_page(&shard, far, 1, None).await?.entries.first().map(|e| e.due_at.to_string());
+    let oldest = store
+        .due_page(&shard, far, 1, None)
+        .await
+        .map_err(Unavailable::from)?
+        .entries
+        .first()
+        .map(|e| e.due_at.to_string());
     Ok(Some(ShardSummary { shard, entries, oldest_due_at: oldest }))
 }
 
@@ -202,7 +208,7 @@ async fn all_entries(store: &DynamoStore, shard: &str, cutoff: Timestamp) -> Res
     let mut entries = Vec::new();
     let mut start = None;
     loop {
-        let page = store.due_page(shard, cutoff, 1000, start).await?;
+        let page = store.due_page(shard, cutoff, 1000, start).await.map_err(Unavailable::from)?;
         entries.extend(page.entries);
         start = page.next;
         if start.is_none() {
