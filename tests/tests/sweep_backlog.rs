@@ -249,7 +249,7 @@ async fn order_at(store: &DynamoStore, clock: &dyn Clock) -> Order {
 #[tokio::test]
 async fn a_stored_cursor_the_service_rejects_is_dropped_and_the_shard_swept_from_the_top() {
     let store = fresh_table(&dynamodb_local().await).await.with_shards(DueShards { count: 1, sweep_count: 1 });
-    store.seed_stock(&Sku::parse("A").unwrap(), 100, &eur(100)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 100, &eur(100)).await.unwrap();
     let clock = FixedClock::at(T0 - 30_000);
     let early = order_at(&store, &clock).await; // due T0 + 30 s
     clock.set(T0);
@@ -295,7 +295,7 @@ async fn a_stored_cursor_the_service_rejects_is_dropped_and_the_shard_swept_from
 #[tokio::test]
 async fn a_stored_cursor_of_the_wrong_shape_is_dropped_rather_than_failing_every_run() {
     let store = fresh_table(&dynamodb_local().await).await.with_shards(DueShards { count: 1, sweep_count: 1 });
-    store.seed_stock(&Sku::parse("A").unwrap(), 100, &eur(100)).await.unwrap();
+    system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 100, &eur(100)).await.unwrap();
     let clock = FixedClock::at(T0);
     let o = order_at(&store, &clock).await;
     // A cursor missing a key attribute (written by an older layout, or by hand).
@@ -408,7 +408,7 @@ async fn close_all(store: &DynamoStore, clock: &ShiftedClock, ids: Vec<OrderId>)
 #[tokio::test]
 async fn ten_thousand_due_orders_are_drained_by_the_sweep_alone_within_its_bounds() {
     let planter = fresh_table(&dynamodb_local().await).await;
-    planter.seed_stock(&Sku::parse("A").unwrap(), 10, &eur(100)).await.unwrap();
+    system_tests::fixtures::seed_stock(&planter, &Sku::parse("A").unwrap(), 10, &eur(100)).await.unwrap();
     // The sweep and the closer on a client with the functions' timeouts.
     let store = DynamoStore::new(production_client().await, planter.table());
     let clock = ShiftedClock::default();
