@@ -1,22 +1,43 @@
-//! BENCHMARKS.md "The effects backstop": the `before` figure, on the code
-//! before issue 17 (the sweep re-drives each pending effect in its own run:
-//! `AwsRedrive::effects` is `drive_effects`, in-process). Same planting,
-//! fault and sweep schedule as the `after` bench of the issue-17 branch.
+//! BENCHMARKS.md "The effects backstop: 5,000 pending releases drained"
+//! (issue 17): 5,000 CLOSED orders whose release is pending (their stream
+//! records lost), the release failing for the first 20 s (the fault switch
+//! `fault-release-until-`), then recovering; drained by the sweep handing
+//! the effects to the effects queue and its consumers, on a fresh table of
+//! DynamoDB Local, the production store and use cases on a client with the
+//! functions' settings:
+//!
+//! - the sweep with its default bounds, a run every 60 s (the first 20 s
+//!   before the release recovers);
+//! - the queue and Lambda modelled in-process: 10 consumers (the mapping's
+//!   `QueueMaxConcurrency`), each taking batches of up to 10 visible
+//!   messages and running them through `pending_effects_batch` one after
+//!   another, as drive-effects does; a failed message is visible again
+//!   after the queue's 180 s visibility timeout. No network hop to SQS, no
+//!   cold start, no Lambda polling delay.
+//!
+//! The `before` figure is the same bench on the code before issue 17
+//! (commit 51f95c7, the parent of the change, where `AwsRedrive::effects` drives each
+//! effect in the sweep's run): same planting, fault and schedule.
+//!
+//! Prints each sweep run and the time from the first run (and from the
+//! recovery) to the last release.
 //!
 //! `DYNAMODB_LOCAL_ENDPOINT=http://127.0.0.1:8003 cargo bench -p system_tests --profile dev --bench effects_drain [-- N]`
 
 use async_trait::async_trait;
+use aws_lambda_events::event::sqs::SqsEvent;
 use aws_sdk_dynamodb::types::{AttributeValue as Av, PutRequest, WriteRequest};
 use order_core::aws::dynamo::{keys, DynamoStore};
 use order_core::domain::*;
+use order_core::handlers::effects::pending_effects_batch;
 use order_core::ports::*;
 use order_core::store::OrderStore;
 use order_core::usecases::close_order::{CloseOrder, CloseOutcome, DEFAULT_CLOSE_BUDGET};
 use order_core::usecases::create_order::CreateOrder;
-use order_core::usecases::release_order::drive_effects;
+use order_core::usecases::pending_effects::{drive_pending_effect, EffectDriven, EffectPorts};
 use order_core::usecases::sweep::{sweep, SweepConfig};
 use serde_json::json;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -27,44 +48,89 @@ use system_tests::CreateAsNamed;
 const SKUS: usize = 50;
 const FAULT: Duration = Duration::from_secs(20);
 const SWEEP_PERIOD: Duration = Duration::from_secs(60);
+const CONSUMERS: usize = 10;
+const BATCH: usize = 10;
+const VISIBILITY: Duration = Duration::from_secs(180);
 
-/// The re-drive of the code before issue 17, counting the effects that
-/// released something.
+struct NoRefunds;
+#[async_trait]
+impl RefundRequests for NoRefunds {
+    async fn request_refund(&self, _: &OrderId, _: &PaymentId) -> Result<(), Unavailable> {
+        unreachable!("only order effects are planted")
+    }
+}
+
+/// The ports of the effects use case and the count of effects that
+/// released something (a duplicate releases nothing).
 struct Drain<'a> {
-    store: &'a DynamoStore,
-    wakeups: RecordedWakeUps,
-    channel: ScriptedChannel,
+    ports: EffectPorts<'a, DynamoStore, RecordedWakeUps, ScriptedChannel, NoRefunds>,
     released: AtomicUsize,
     driven: AtomicUsize,
     last_release: Mutex<Option<Instant>>,
 }
 
 impl Drain<'_> {
-    async fn drive(&self, id: &OrderId) -> Result<(), Unavailable> {
-        let out = drive_effects(self.store, &self.wakeups, &self.channel, &SystemClock, id).await;
+    async fn drive(&self, effect: &PendingEffect, until: Option<Instant>) -> Result<EffectDriven, Unavailable> {
+        let out = drive_pending_effect(&self.ports, effect, until).await;
         self.driven.fetch_add(1, Ordering::Relaxed);
-        if let Ok(r) = &out {
+        if let Ok(EffectDriven::Resources(r)) = &out {
             if r.moved > 0 {
                 self.released.fetch_add(1, Ordering::Relaxed);
                 *self.last_release.lock().unwrap() = Some(Instant::now());
             }
         }
-        out.map(|_| ())
+        out
     }
 }
 
-/// The sweep's re-drive as `AwsRedrive` did it: in-process.
-struct InProcess<'a, 'b>(&'a Drain<'b>);
+/// The effects queue, in memory: (visible from, body).
+#[derive(Default)]
+struct Queue(Mutex<VecDeque<(Instant, String)>>);
 #[async_trait]
-impl Redrive for InProcess<'_, '_> {
+impl Redrive for Queue {
     async fn close(&self, _: &[OrderId]) -> Result<(), Unavailable> {
         unreachable!("no open order is planted")
     }
-    async fn effects(&self, id: &OrderId) -> Result<(), Unavailable> {
-        self.0.drive(id).await
+    async fn effects(&self, effects: &[PendingEffect]) -> Result<(), Unavailable> {
+        let now = Instant::now();
+        let mut q = self.0.lock().unwrap();
+        for e in effects {
+            let body = serde_json::to_string(&order_core::aws::queue::PendingEffectMessage::from(e)).unwrap();
+            q.push_back((now, body));
+        }
+        Ok(())
     }
-    async fn refund(&self, _: &OrderId, _: &PaymentId) -> Result<(), Unavailable> {
-        unreachable!("only order effects are planted")
+}
+
+impl Queue {
+    /// Up to `BATCH` visible messages, as one SQS event.
+    fn receive(&self) -> Option<(SqsEvent, Vec<String>)> {
+        let now = Instant::now();
+        let mut q = self.0.lock().unwrap();
+        let mut bodies = Vec::new();
+        let mut i = 0;
+        while i < q.len() && bodies.len() < BATCH {
+            if q[i].0 <= now {
+                bodies.push(q.remove(i).unwrap().1);
+            } else {
+                i += 1;
+            }
+        }
+        if bodies.is_empty() {
+            return None;
+        }
+        let records: Vec<_> = bodies
+            .iter()
+            .enumerate()
+            .map(|(i, b)| json!({"messageId": i.to_string(), "body": b, "eventSource": "aws:sqs"}))
+            .collect();
+        Some((serde_json::from_value(json!({ "Records": records })).unwrap(), bodies))
+    }
+    fn put_back(&self, body: String) {
+        self.0.lock().unwrap().push_back((Instant::now() + VISIBILITY, body));
+    }
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
     }
 }
 
@@ -207,6 +273,28 @@ async fn sweeps<R: Redrive>(
     }
 }
 
+/// `CONSUMERS` invocations at a time, each a batch of up to `BATCH`.
+async fn consumers(queue: &Queue, drain: &Drain<'_>, n: usize, batches: &AtomicUsize) {
+    let one = || async {
+        while drain.released.load(Ordering::Relaxed) < n {
+            let Some((event, bodies)) = queue.receive() else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            };
+            batches.fetch_add(1, Ordering::Relaxed);
+            let deadline = Instant::now() + Duration::from_millis(28_500);
+            let response =
+                pending_effects_batch(event, deadline, |e, until| async move { drain.drive(&e, Some(until)).await })
+                    .await;
+            for failure in response.batch_item_failures {
+                let i: usize = failure.item_identifier.parse().unwrap();
+                queue.put_back(bodies[i].clone());
+            }
+        }
+    };
+    futures_util::future::join_all((0..CONSUMERS).map(|_| one())).await;
+}
+
 async fn scenario(way: &str, n: usize) {
     let planter = system_tests::fresh_table(&system_tests::dynamodb_local().await).await;
     let store = DynamoStore::new(production_client().await, planter.table());
@@ -231,24 +319,33 @@ async fn scenario(way: &str, n: usize) {
     );
     tokio::time::sleep_until(t0.into()).await;
 
+    let (wakeups, channel) = (RecordedWakeUps::default(), ScriptedChannel::default());
     let drain = Drain {
-        store: &store,
-        wakeups: RecordedWakeUps::default(),
-        channel: ScriptedChannel::default(),
+        ports: EffectPorts {
+            store: &store,
+            wakeups: &wakeups,
+            channel: &channel,
+            refunds: &NoRefunds,
+            clock: &SystemClock,
+        },
         released: AtomicUsize::new(0),
         driven: AtomicUsize::new(0),
         last_release: Mutex::new(None),
     };
-    sweeps(&store, &InProcess(&drain), &SweepConfig::default(), &drain, n, t0).await;
+    let (queue, batches) = (Queue::default(), AtomicUsize::new(0));
+    let cfg = SweepConfig::default();
+    tokio::join!(sweeps(&store, &queue, &cfg, &drain, n, t0), consumers(&queue, &drain, n, &batches));
     let last = drain.last_release.lock().unwrap().expect("something released");
     println!(
         "{way}: {n} releases done {:.1} s after the first sweep run, {:.1} s after the release recovered; \
-         {} effect runs ({} duplicates or failures){}",
+         {} effect runs ({} duplicates or failures); {} consumer batches, {} messages left on the queue \
+         (duplicates)",
         last.duration_since(t0).as_secs_f64(),
         last.saturating_duration_since(recover).as_secs_f64(),
         drain.driven.load(Ordering::Relaxed),
         drain.driven.load(Ordering::Relaxed) - n,
-        "",
+        batches.load(Ordering::Relaxed),
+        queue.len()
     );
     // Every planted unit is back: stock reserved back to 0 on every SKU.
     for i in 0..SKUS {
@@ -263,5 +360,5 @@ async fn main() {
     std::env::set_var("FAULT_INJECTION", "on");
     std::env::set_var("STAGE", "dev");
     let n: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(5_000);
-    scenario("before (old code)", n).await;
+    scenario("after", n).await;
 }
