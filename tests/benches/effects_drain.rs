@@ -151,49 +151,14 @@ fn sku(i: usize) -> Sku {
 /// under new ids, each holding 1 unit of one of `SKUS` SKUs and due in its
 /// effects shard: closed orders whose release never ran.
 async fn plant(store: &DynamoStore, user: &str, n: usize) -> Vec<OrderId> {
-    for i in 0..SKUS {
-        system_tests::fixtures::seed_stock(store, &sku(i), 1_000, &eur(100)).await.unwrap();
-        // The template order reserves its unit of S00 itself.
-        let held = (1..n).filter(|c| c % SKUS == i).count() as i64;
-        store
-            .client()
-            .update_item()
-            .table_name(store.table())
-            .key("pk", Av::S(keys::sku(&sku(i))))
-            .key("sk", Av::S(keys::STOCK_SK.into()))
-            .update_expression("SET reserved = reserved + :n")
-            .expression_attribute_values(":n", Av::N(held.to_string()))
-            .send()
-            .await
-            .unwrap();
-    }
-    let clock = FixedClock::at(SystemClock.now().unix_millis() - 3_600_000);
-    let creator = CreateOrder {
-        store: store.clone(),
-        clock: Box::new(clock.clone()),
-        ids: Box::new(RandomIds),
-        window: Duration::from_secs(60),
-        expiry_rule_version: "w60".into(),
-    };
-    let body = json!({"user_id": user, "currency": "EUR", "items": [{"sku": sku(0).to_string(), "qty": 1, "unit_price": 100}]});
-    let template = creator.execute_as_named(Some("k-template"), body.to_string().as_bytes()).await.unwrap().order;
-    clock.set(clock.now().unix_millis() + 61_000);
-    let closer = CloseOrder {
-        store: store.clone(),
-        channel: ScriptedChannel::default(),
-        reminders: RecordedReminders::default(),
-        clock: Box::new(clock.clone()),
-        lease: Duration::from_secs(30),
-        not_found_grace: Duration::from_secs(30),
-        budget: DEFAULT_CLOSE_BUDGET,
-    };
-    assert_eq!(closer.close(&template.order_id, "bench").await.unwrap(), CloseOutcome::Closed);
+    seed_skus(store, n).await;
+    let template = closed_order(store, user).await;
     let items = store
         .client()
         .query()
         .table_name(store.table())
         .key_condition_expression("pk = :pk")
-        .expression_attribute_values(":pk", Av::S(keys::order(&template.order_id)))
+        .expression_attribute_values(":pk", Av::S(keys::order(&template)))
         .send()
         .await
         .unwrap()
@@ -224,6 +189,59 @@ async fn plant(store: &DynamoStore, user: &str, n: usize) -> Vec<OrderId> {
             );
         }
     }
+    write_all(store, writes).await;
+    [vec![template], ids].concat()
+}
+
+/// `SKUS` SKUs of 1,000 units, each with the units the copies will hold
+/// counted as reserved (the template order reserves its unit of S00 itself).
+async fn seed_skus(store: &DynamoStore, n: usize) {
+    for i in 0..SKUS {
+        system_tests::fixtures::seed_stock(store, &sku(i), 1_000, &eur(100)).await.unwrap();
+        let held = (1..n).filter(|c| c % SKUS == i).count() as i64;
+        store
+            .client()
+            .update_item()
+            .table_name(store.table())
+            .key("pk", Av::S(keys::sku(&sku(i))))
+            .key("sk", Av::S(keys::STOCK_SK.into()))
+            .update_expression("SET reserved = reserved + :n")
+            .expression_attribute_values(":n", Av::N(held.to_string()))
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+/// An order of `user` for 1 unit of S00, created an hour ago and closed
+/// unpaid by the close use case: CLOSED, its release pending.
+async fn closed_order(store: &DynamoStore, user: &str) -> OrderId {
+    let clock = FixedClock::at(SystemClock.now().unix_millis() - 3_600_000);
+    let creator = CreateOrder {
+        store: store.clone(),
+        clock: Box::new(clock.clone()),
+        ids: Box::new(RandomIds),
+        window: Duration::from_secs(60),
+        expiry_rule_version: "w60".into(),
+    };
+    let body = json!({"user_id": user, "currency": "EUR", "items": [{"sku": sku(0).to_string(), "qty": 1, "unit_price": 100}]});
+    let order = creator.execute_as_named(Some("k-template"), body.to_string().as_bytes()).await.unwrap().order;
+    clock.set(clock.now().unix_millis() + 61_000);
+    let closer = CloseOrder {
+        store: store.clone(),
+        channel: ScriptedChannel::default(),
+        reminders: RecordedReminders::default(),
+        clock: Box::new(clock.clone()),
+        lease: Duration::from_secs(30),
+        not_found_grace: Duration::from_secs(30),
+        budget: DEFAULT_CLOSE_BUDGET,
+    };
+    assert_eq!(closer.close(&order.order_id, "bench").await.unwrap(), CloseOutcome::Closed);
+    order.order_id
+}
+
+/// `BatchWriteItem`s of 25, 8 at a time, unprocessed items sent again.
+async fn write_all(store: &DynamoStore, writes: Vec<WriteRequest>) {
     for group in writes.chunks(25 * 8) {
         let puts = group.chunks(25).map(|chunk| {
             let (client, table) = (store.client().clone(), store.table().to_owned());
@@ -239,7 +257,6 @@ async fn plant(store: &DynamoStore, user: &str, n: usize) -> Vec<OrderId> {
         });
         futures_util::future::join_all(puts).await;
     }
-    [vec![template.order_id], ids].concat()
 }
 
 /// Sweep runs every `SWEEP_PERIOD` until every planted effect released.
