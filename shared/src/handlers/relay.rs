@@ -549,7 +549,7 @@ mod tests {
     /// A new order `ord_{i}`.
     fn order_no(i: usize) -> crate::domain::Order {
         let mut o = order();
-        o.order_id = crate::domain::OrderId::parse(&format!("ord_{i}")).unwrap();
+        o.order_id = crate::domain::OrderId::parse(format!("ord_{i}")).unwrap();
         o
     }
 
