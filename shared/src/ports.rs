@@ -2,7 +2,7 @@
 //! AWS adapters in [`crate::aws`] implement them; unit tests substitute
 //! fakes for the clock, the scheduler, the queue and the payment channel.
 
-use crate::domain::events::IntegrationEvent;
+use crate::domain::events::{IntegrationEvent, SOURCE};
 use crate::domain::*;
 use async_trait::async_trait;
 use std::time::Duration;
@@ -227,11 +227,29 @@ pub struct PublishFailure {
     pub message: String,
 }
 
+/// The most events one [`EventPublisher::publish`] call carries: EventBridge's
+/// `PutEvents` takes at most ten entries a request.
+pub const MAX_EVENTS_PER_PUBLISH: usize = 10;
+
+/// `PutEvents` also wants its entries to add up to less than 256 KB, each
+/// counted by [`publish_size`]; a call is packed to stay under this.
+pub const MAX_PUBLISH_BYTES: usize = 256 * 1024;
+
+/// An event's size as `PutEvents` counts it against [`MAX_PUBLISH_BYTES`]
+/// (EventBridge user guide, "Calculating PutEvents event entry size"):
+/// 14 bytes for `Time` (the adapter always sets it) and the UTF-8 bytes of
+/// `Source`, `DetailType` and `Detail`. The bus name is not counted.
+pub fn publish_size(event: &IntegrationEvent) -> usize {
+    14 + SOURCE.len() + event.detail_type().len() + event.detail_json().len()
+}
+
 /// The event bus other services subscribe to.
 #[async_trait]
 pub trait EventPublisher: Send + Sync {
-    /// Publishes `events` in their order. The answer names the entries the
-    /// bus refused (empty: all taken); `Err` means it could not be asked.
+    /// Publishes `events` in their order, as one call when they fit one
+    /// ([`MAX_EVENTS_PER_PUBLISH`], [`MAX_PUBLISH_BYTES`]; the relay packs
+    /// its calls so). The answer names the entries the bus refused (empty:
+    /// all taken); `Err` means it could not be asked.
     async fn publish(&self, events: &[IntegrationEvent]) -> Result<Vec<PublishFailure>, Unavailable>;
 }
 

@@ -12,8 +12,9 @@ use aws_sdk_eventbridge::primitives::DateTime;
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use aws_sdk_eventbridge::Client;
 
-/// `PutEvents` takes at most ten entries.
-pub const MAX_ENTRIES_PER_CALL: usize = 10;
+/// `PutEvents` takes at most ten entries. The relay already hands over one
+/// call's worth; the chunks keep any other caller within the limit.
+pub const MAX_ENTRIES_PER_CALL: usize = crate::ports::MAX_EVENTS_PER_PUBLISH;
 
 pub struct EventBridgePublisher {
     client: Client,

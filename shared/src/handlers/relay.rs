@@ -2,23 +2,37 @@
 //! facts on the event bus, so that other services subscribe to the bus and
 //! never to the table.
 //!
-//! Per stream record: decode the images by `entity` (an image that does
-//! not decode is set aside through [`each_stream_record`]), map them to
-//! integration events ([`events_of_change`]), publish, and retry the
-//! entries the bus refused a few times within the invocation. What still
-//! fails makes the record a transient failure (and the function fails the
-//! invocation: `functions/bootstrap/src/relay.rs`), so the mapping delivers it again and the
-//! relay publishes its events again. That is safe because a
-//! record always maps to the same event ids and consumers deduplicate on
-//! them; it also means delivery is at least once, never exactly once.
+//! Per stream batch: decode every record's images by `entity` (an image
+//! that does not decode is set aside through [`each_stream_record`]), map
+//! them to integration events ([`events_of_change`]), and publish the
+//! batch's events together, packed into calls the bus takes whole (ten
+//! entries, under 256 KB: [`MAX_EVENTS_PER_PUBLISH`], [`MAX_PUBLISH_BYTES`])
+//! rather than one call per record: a call costs the same round trip for
+//! one entry or ten, and that round trip was the relay's ceiling per shard.
+//! The entries the bus refuses are tried again a few times within the
+//! invocation, alone; an entry the bus took is never sent again.
+//!
+//! Then the records are walked in order: a record is acknowledged only when
+//! every one of its events is on the bus, and the first that is not is the
+//! checkpoint the batch response names (the function then fails the
+//! invocation: `functions/bootstrap/src/relay.rs`, [`invocation_result`]),
+//! so the mapping delivers it again and the relay publishes its events
+//! again. The records after it were published too, and will be again: that
+//! is safe because a record always maps to the same event ids and
+//! consumers deduplicate on them; it also means delivery is at least once,
+//! never exactly once.
 
 use super::batch::{decode_image, each_stream_record, RecordError};
 use crate::domain::events::{events_of_change, IntegrationEvent, Record};
+use crate::error::error_chain;
 use crate::faults::Faults;
 use crate::metrics;
-use crate::ports::{DeadLetters, EventPublisher, PublishFailure};
+use crate::ports::{
+    publish_size, DeadLetters, EventPublisher, PublishFailure, MAX_EVENTS_PER_PUBLISH, MAX_PUBLISH_BYTES,
+};
 use aws_lambda_events::event::dynamodb::{Event as StreamEvent, EventRecord};
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
+use futures_util::stream::{self, StreamExt};
 use std::time::Duration;
 use tracing::{info, warn};
 
@@ -39,6 +53,13 @@ impl Default for RetryPolicy {
     }
 }
 
+/// How many calls of one attempt are in flight at once. The mapping's
+/// batch (`BatchSize` 50 records, at most one event each today) packs into
+/// five calls, so a batch costs one round trip rather than five; the bound
+/// keeps one invocation from spending the account's `PutEvents` rate alone
+/// when a larger batch comes.
+pub const CALLS_IN_FLIGHT: usize = 5;
+
 /// Relays one stream batch; the answer names the record to resume from.
 pub async fn relay_batch<P, D>(
     event: StreamEvent,
@@ -51,9 +72,36 @@ where
     P: EventPublisher + ?Sized,
     D: DeadLetters + ?Sized,
 {
-    each_stream_record(event, dead_letters, |record| async move {
-        let events = events_of_record(&record)?;
-        publish_all(publisher, &events, faults, policy).await
+    let decoded: Vec<_> = event.records.iter().map(events_of_record).collect();
+    relay_decoded_batch(event, decoded, publisher, dead_letters, faults, policy).await
+}
+
+/// [`relay_batch`] once each record is decoded: `decoded[i]` is what
+/// `event.records[i]` yields (its events, or why it can never be
+/// processed). Publishes every event of the batch, then walks the records
+/// in order through [`each_stream_record`]: a record whose events are all
+/// on the bus is acknowledged, one that can never be processed is set
+/// aside, and the first with an event not published stops the walk.
+pub async fn relay_decoded_batch<P, D>(
+    event: StreamEvent,
+    decoded: Vec<Result<Vec<IntegrationEvent>, RecordError>>,
+    publisher: &P,
+    dead_letters: &D,
+    faults: Faults,
+    policy: RetryPolicy,
+) -> DynamoDbEventResponse
+where
+    P: EventPublisher + ?Sized,
+    D: DeadLetters + ?Sized,
+{
+    assert_eq!(decoded.len(), event.records.len(), "one decoding per stream record");
+    let events: Vec<&[IntegrationEvent]> = decoded.iter().map(|d| d.as_deref().unwrap_or_default()).collect();
+    let published = publish_records(publisher, &events, faults, policy).await;
+    let mut outcomes = decoded.iter().zip(published).map(|(d, p)| d.as_ref().map_err(Clone::clone).and(p));
+    // `each_stream_record` hands the records over in the batch's order,
+    // the order `outcomes` is in.
+    each_stream_record(event, dead_letters, move |_record| {
+        std::future::ready(outcomes.next().expect("one outcome per stream record"))
     })
     .await
 }
@@ -85,21 +133,44 @@ fn decode_record(image: &serde_dynamo::Item) -> Result<Option<Record>, RecordErr
     })
 }
 
-/// Publishes `events`, retrying the refused entries up to `policy.retries`
-/// times. Each attempt sends only what is still unpublished, so an event is
-/// published once per successful attempt. Counts `EventsPublished` (taken by
-/// the bus), `EventPublishRetried` (entries refused and tried again) and
-/// `EventPublishFailed` (entries still refused when the record is handed
-/// back).
-pub async fn publish_all<P: EventPublisher + ?Sized>(
+/// One event of the batch on its way to the bus.
+struct Entry<'e> {
+    /// The position of its stream record in the batch.
+    record: usize,
+    event: &'e IntegrationEvent,
+    /// Its size as the bus counts it ([`publish_size`]), for packing.
+    size: usize,
+}
+
+/// An entry the bus did not take: its index among the batch's entries,
+/// and why.
+type Refusal = (usize, PublishFailure);
+
+/// Publishes the events of a batch's records (`records[i]`: the events of
+/// record `i`), retrying the refused entries up to `policy.retries` times.
+/// Each attempt sends only what is still unpublished, so an event is
+/// published once per invocation. Answers per record: `Ok` once all its
+/// events are on the bus, otherwise a transient failure naming the events
+/// still refused.
+///
+/// Counts `EventsPublished` (taken by the bus), `EventPublishRetried`
+/// (entries refused and tried again) and `EventPublishFailed` (entries
+/// still refused when their records are handed back), and logs one `event
+/// published` line per event as the bus takes it.
+pub async fn publish_records<P: EventPublisher + ?Sized>(
     publisher: &P,
-    events: &[IntegrationEvent],
+    records: &[&[IntegrationEvent]],
     faults: Faults,
     policy: RetryPolicy,
-) -> Result<(), RecordError> {
-    let mut pending: Vec<&IntegrationEvent> = events.iter().collect();
+) -> Vec<Result<(), RecordError>> {
+    let entries: Vec<Entry> = records
+        .iter()
+        .enumerate()
+        .flat_map(|(record, events)| events.iter().map(move |event| Entry { record, event, size: publish_size(event) }))
+        .collect();
+    let mut pending: Vec<usize> = (0..entries.len()).collect();
+    let mut refused: Vec<Refusal> = Vec::new();
     let mut backoff = policy.first_backoff;
-    let mut last: Vec<PublishFailure> = Vec::new();
     for attempt in 0..=policy.retries {
         if pending.is_empty() {
             break;
@@ -109,84 +180,130 @@ pub async fn publish_all<P: EventPublisher + ?Sized>(
             tokio::time::sleep(backoff).await;
             backoff = backoff.saturating_mul(2);
         }
-        let (refused, failures) = attempt_once(publisher, &pending, faults, attempt).await;
-        let published = pending.len() - refused.len();
-        if published > 0 {
-            metrics::EVENTS_PUBLISHED.count(published as u64);
-        }
-        for f in &failures {
+        refused = attempt_once(publisher, &entries, &pending, faults, attempt).await;
+        let taken: Vec<usize> = pending.iter().copied().filter(|i| !refused.iter().any(|(r, _)| r == i)).collect();
+        taken_by_the_bus(&entries, &taken);
+        for (_, f) in &refused {
             warn!(attempt, code = %f.code, error = %f.message, "event not taken by the bus");
         }
-        pending = refused;
-        last = failures;
+        pending = refused.iter().map(|(i, _)| *i).collect();
     }
-    if pending.is_empty() {
-        // One line per event, naming its order: what `orderctl events ID`
-        // reads back from the relay's log group (the bus keeps no history
-        // one could query per order).
-        for e in events {
-            info!(order_id = %e.order_id(), detail_type = e.detail_type(), event_id = e.event_id(),
-                  version = e.version(), occurred_at = %e.occurred_at(), "event published");
-        }
-        return Ok(());
+    if !pending.is_empty() {
+        metrics::EVENT_PUBLISH_FAILED.count(pending.len() as u64);
     }
-    metrics::EVENT_PUBLISH_FAILED.count(pending.len() as u64);
-    let ids: Vec<&str> = pending.iter().map(|e| e.event_id()).collect();
-    let codes: Vec<&str> = last.iter().map(|f| f.code.as_str()).collect();
-    Err(RecordError::Transient(format!(
-        "{} event(s) not published after {} attempts: {ids:?} ({codes:?})",
-        pending.len(),
-        policy.retries + 1
-    )))
+    outcomes_by_record(records.len(), &entries, &refused, policy.retries + 1)
 }
 
-/// One attempt: the events the fault switch holds back on a first attempt
-/// are reported failed without being sent; the rest go to the publisher.
-/// Returns the events not taken and why.
-async fn attempt_once<'e, P: EventPublisher + ?Sized>(
+/// What the bus took: counted, and one line per event naming its order,
+/// which is what `orderctl events ID` reads back from the relay's log group
+/// (the bus keeps no history one could query per order).
+fn taken_by_the_bus(entries: &[Entry], taken: &[usize]) {
+    if taken.is_empty() {
+        return;
+    }
+    metrics::EVENTS_PUBLISHED.count(taken.len() as u64);
+    for e in taken.iter().map(|&i| entries[i].event) {
+        info!(order_id = %e.order_id(), detail_type = e.detail_type(), event_id = e.event_id(),
+              version = e.version(), occurred_at = %e.occurred_at(), "event published");
+    }
+}
+
+/// Per record, `Ok` unless one of its entries is in `refused` (the last
+/// attempt's refusals): then a transient failure naming those events.
+fn outcomes_by_record(
+    records: usize,
+    entries: &[Entry],
+    refused: &[Refusal],
+    attempts: u32,
+) -> Vec<Result<(), RecordError>> {
+    (0..records)
+        .map(|record| {
+            let mine: Vec<&Refusal> = refused.iter().filter(|(i, _)| entries[*i].record == record).collect();
+            if mine.is_empty() {
+                return Ok(());
+            }
+            let ids: Vec<&str> = mine.iter().map(|(i, _)| entries[*i].event.event_id()).collect();
+            let codes: Vec<&str> = mine.iter().map(|(_, f)| f.code.as_str()).collect();
+            Err(RecordError::Transient(format!(
+                "{} event(s) not published after {attempts} attempts: {ids:?} ({codes:?})",
+                mine.len()
+            )))
+        })
+        .collect()
+}
+
+/// One attempt at the `pending` entries: those the fault switch holds back
+/// on a first attempt are reported refused without being sent; the rest go
+/// in calls packed to the bus's limits, up to [`CALLS_IN_FLIGHT`] at once.
+/// Returns the entries not taken, in the batch's order.
+async fn attempt_once<P: EventPublisher + ?Sized>(
     publisher: &P,
-    pending: &[&'e IntegrationEvent],
+    entries: &[Entry<'_>],
+    pending: &[usize],
     faults: Faults,
     attempt: u32,
-) -> (Vec<&'e IntegrationEvent>, Vec<PublishFailure>) {
+) -> Vec<Refusal> {
     let held =
-        |e: &IntegrationEvent| attempt == 0 && e.user_id().is_some_and(|u| faults.first_publish_fails(u.as_str()));
-    let (held_back, to_send): (Vec<&IntegrationEvent>, Vec<&IntegrationEvent>) =
-        pending.iter().copied().partition(|e| held(e));
-    let mut refused: Vec<&IntegrationEvent> = Vec::new();
-    let mut failures: Vec<PublishFailure> = Vec::new();
-    for (i, e) in held_back.iter().enumerate() {
-        refused.push(e);
-        failures.push(PublishFailure {
-            index: i,
-            code: "FaultInjection".into(),
-            message: "fault injection: first publish attempt reported failed".into(),
-        });
-    }
-    if to_send.is_empty() {
-        return (refused, failures);
-    }
-    let batch: Vec<IntegrationEvent> = to_send.iter().map(|e| (*e).clone()).collect();
-    match publisher.publish(&batch).await {
-        Ok(bus_failures) => {
-            for f in bus_failures {
-                if let Some(e) = to_send.get(f.index) {
-                    refused.push(e);
-                    failures.push(f);
-                }
+        |i: &usize| attempt == 0 && entries[*i].event.user_id().is_some_and(|u| faults.first_publish_fails(u.as_str()));
+    let (held_back, to_send): (Vec<usize>, Vec<usize>) = pending.iter().copied().partition(held);
+    let mut refused: Vec<Refusal> = held_back
+        .into_iter()
+        .enumerate()
+        .map(|(index, i)| {
+            let message = "fault injection: first publish attempt reported failed".to_owned();
+            (i, PublishFailure { index, code: "FaultInjection".into(), message })
+        })
+        .collect();
+    let answers: Vec<Vec<Refusal>> = stream::iter(pack_calls(entries, &to_send))
+        .map(|call| send_call(publisher, entries, call))
+        .buffered(CALLS_IN_FLIGHT)
+        .collect()
+        .await;
+    refused.extend(answers.into_iter().flatten());
+    refused.sort_by_key(|(i, _)| *i);
+    // A bus naming one entry twice still refused it once.
+    refused.dedup_by_key(|(i, _)| *i);
+    refused
+}
+
+/// The entries `to_send`, in order, packed into calls the bus takes whole:
+/// a call is closed when the next entry would make it more than
+/// [`MAX_EVENTS_PER_PUBLISH`] entries or reach [`MAX_PUBLISH_BYTES`]. An
+/// entry too big on its own goes alone, for the bus to refuse (an order
+/// has at most 40 lines, so its events stay far below the limit).
+fn pack_calls(entries: &[Entry], to_send: &[usize]) -> Vec<Vec<usize>> {
+    let mut calls: Vec<Vec<usize>> = Vec::new();
+    let mut bytes = 0;
+    for &i in to_send {
+        let size = entries[i].size;
+        match calls.last_mut() {
+            Some(call) if call.len() < MAX_EVENTS_PER_PUBLISH && bytes + size < MAX_PUBLISH_BYTES => {
+                call.push(i);
+                bytes += size;
+            }
+            _ => {
+                calls.push(vec![i]);
+                bytes = size;
             }
         }
+    }
+    calls
+}
+
+/// One call to the bus with the entries `call`; answers those it did not
+/// take. A call that could not be made at all refuses every entry in it.
+async fn send_call<P: EventPublisher + ?Sized>(publisher: &P, entries: &[Entry<'_>], call: Vec<usize>) -> Vec<Refusal> {
+    let events: Vec<IntegrationEvent> = call.iter().map(|&i| entries[i].event.clone()).collect();
+    match publisher.publish(&events).await {
+        Ok(failures) => failures.into_iter().filter_map(|f| call.get(f.index).map(|&i| (i, f))).collect(),
         Err(e) => {
-            let why = crate::error::error_chain(&e);
-            refused.extend(to_send.iter().copied());
-            failures.extend((0..to_send.len()).map(|index| PublishFailure {
-                index,
-                code: "Unavailable".into(),
-                message: why.clone(),
-            }));
+            let why = error_chain(&e);
+            call.iter()
+                .enumerate()
+                .map(|(index, &i)| (i, PublishFailure { index, code: "Unavailable".into(), message: why.clone() }))
+                .collect()
         }
     }
-    (refused, failures)
 }
 
 /// What the relay answers for a batch: an event that could not be
@@ -226,20 +343,27 @@ mod tests {
     use std::sync::Mutex;
 
     /// Takes every event except those whose id is in `refuse_once`, which
-    /// it refuses the first time it sees them; records what it took.
+    /// it refuses the first time it sees them, and those in
+    /// `refuse_always`; records each call's event ids and what it took.
     #[derive(Default)]
     struct FakeBus {
         refuse_once: Mutex<Vec<String>>,
         refuse_always: Vec<String>,
         down: bool,
-        calls: Mutex<u32>,
+        calls: Mutex<Vec<Vec<String>>>,
         taken: Mutex<Vec<IntegrationEvent>>,
+    }
+
+    impl FakeBus {
+        fn calls(&self) -> Vec<Vec<String>> {
+            self.calls.lock().unwrap().clone()
+        }
     }
 
     #[async_trait]
     impl EventPublisher for FakeBus {
         async fn publish(&self, events: &[IntegrationEvent]) -> Result<Vec<PublishFailure>, Unavailable> {
-            *self.calls.lock().unwrap() += 1;
+            self.calls.lock().unwrap().push(events.iter().map(|e| e.event_id().to_owned()).collect());
             if self.down {
                 return Err(Unavailable::new("put events", "connection refused"));
             }
@@ -258,6 +382,16 @@ mod tests {
             }
             Ok(failures)
         }
+    }
+
+    /// The events of one record, published as a batch of one record.
+    async fn publish_all(
+        bus: &FakeBus,
+        events: &[IntegrationEvent],
+        faults: Faults,
+        policy: RetryPolicy,
+    ) -> Result<(), RecordError> {
+        publish_records(bus, &[events], faults, policy).await.remove(0)
     }
 
     fn no_wait() -> RetryPolicy {
@@ -281,7 +415,7 @@ mod tests {
         let taken = times_taken(&bus);
         assert_eq!(taken.len(), events.len(), "no event lost");
         assert!(taken.values().all(|&n| n == 1), "{taken:?}");
-        assert_eq!(*bus.calls.lock().unwrap(), 2, "the retry sends only the refused entries");
+        assert_eq!(bus.calls().len(), 2, "the retry sends only the refused entries");
         assert_eq!(bus.taken.lock().unwrap()[4..].len(), 2);
     }
 
@@ -292,7 +426,7 @@ mod tests {
         let bus = FakeBus { refuse_always: vec![stuck.clone()], ..FakeBus::default() };
         let err = publish_all(&bus, &events, Faults::default(), no_wait()).await.unwrap_err();
         assert!(matches!(&err, RecordError::Transient(why) if why.contains(&stuck)), "{err:?}");
-        assert_eq!(*bus.calls.lock().unwrap(), 4, "one attempt and three retries");
+        assert_eq!(bus.calls().len(), 4, "one attempt and three retries");
         assert_eq!(times_taken(&bus).len(), events.len() - 1, "the others went out once each");
     }
 
@@ -320,7 +454,7 @@ mod tests {
 
         let bus = FakeBus::default();
         publish_all(&bus, &events, Faults::default(), no_wait()).await.unwrap();
-        assert_eq!(*bus.calls.lock().unwrap(), 1, "switch off: nothing held back");
+        assert_eq!(bus.calls().len(), 1, "switch off: nothing held back");
     }
 
     /// A stream record from the release fixture with the given images.
@@ -382,13 +516,24 @@ mod tests {
         let placed = order();
         let closed = moved(&placed, OrderStatus::Closed, "2026-01-01T10:30:00.500Z", "expired unpaid");
         let bad = serde_json::json!({"pk": "ORDER#x", "sk": "ORDER", "entity": "ORDER", "status": "LOST"});
-        let mut batch: serde_json::Value =
-            serde_json::from_str(include_str!("../../../events/relay-order-closed.json")).unwrap();
-        let records = [
+        let event = stream_batch(&[
             record(None, Some(order_item(&placed))),
             record(None, Some(bad)),
             record(Some(order_item(&placed)), Some(order_item(&closed))),
-        ];
+        ]);
+        let bus = FakeBus { refuse_always: vec!["OrderClosed:ord_1:2".into()], ..FakeBus::default() };
+        let sink = Sink::default();
+        let resp = relay_batch(event, &bus, &sink, Faults::default(), no_wait()).await;
+        let failed: Vec<_> = resp.batch_item_failures.into_iter().filter_map(|f| f.item_identifier).collect();
+        assert_eq!(failed, ["3"]);
+        assert_eq!(sink.0.lock().unwrap().len(), 1);
+        assert_eq!(times_taken(&bus).get("OrderPlaced:ord_1"), Some(&1));
+    }
+
+    /// `records` as one stream batch, with sequence numbers 1, 2, 3, …
+    fn stream_batch(records: &[EventRecord]) -> StreamEvent {
+        let mut batch: serde_json::Value =
+            serde_json::from_str(include_str!("../../../events/relay-order-closed.json")).unwrap();
         batch["Records"] = records
             .iter()
             .enumerate()
@@ -398,13 +543,127 @@ mod tests {
                 v
             })
             .collect();
-        let event: StreamEvent = serde_json::from_value(batch).unwrap();
-        let bus = FakeBus { refuse_always: vec!["OrderClosed:ord_1:2".into()], ..FakeBus::default() };
-        let sink = Sink::default();
-        let resp = relay_batch(event, &bus, &sink, Faults::default(), no_wait()).await;
-        let failed: Vec<_> = resp.batch_item_failures.into_iter().filter_map(|f| f.item_identifier).collect();
-        assert_eq!(failed, ["3"]);
-        assert_eq!(sink.0.lock().unwrap().len(), 1);
-        assert_eq!(times_taken(&bus).get("OrderPlaced:ord_1"), Some(&1));
+        serde_json::from_value(batch).unwrap()
+    }
+
+    /// A new order `ord_{i}`.
+    fn order_no(i: usize) -> crate::domain::Order {
+        let mut o = order();
+        o.order_id = crate::domain::OrderId::parse(format!("ord_{i}")).unwrap();
+        o
+    }
+
+    /// The stream record of order `ord_{i}`'s INSERT (its OrderPlaced).
+    fn placed_record(i: usize) -> EventRecord {
+        record(None, Some(order_item(&order_no(i))))
+    }
+
+    /// The OrderPlaced event of order `ord_{i}`.
+    fn placed_event(i: usize) -> IntegrationEvent {
+        events_of_change(None, Some(&Record::Order(order_no(i)))).remove(0)
+    }
+
+    fn placed_id(i: usize) -> String {
+        format!("OrderPlaced:ord_{i}")
+    }
+
+    fn failed_records(resp: DynamoDbEventResponse) -> Vec<String> {
+        resp.batch_item_failures.into_iter().filter_map(|f| f.item_identifier).collect()
+    }
+
+    #[tokio::test]
+    async fn an_entry_refused_in_a_call_of_ten_is_sent_again_alone_and_the_other_nine_go_once() {
+        let event = stream_batch(&(0..10).map(placed_record).collect::<Vec<_>>());
+        let bus = FakeBus { refuse_once: Mutex::new(vec![placed_id(4)]), ..FakeBus::default() };
+        let resp = relay_batch(event, &bus, &Sink::default(), Faults::default(), no_wait()).await;
+        assert_eq!(failed_records(resp), Vec::<String>::new(), "every record acknowledged");
+        let all: Vec<String> = (0..10).map(placed_id).collect();
+        assert_eq!(bus.calls(), [all, vec![placed_id(4)]], "one call of ten, then the refused entry alone");
+        let taken = times_taken(&bus);
+        assert_eq!(taken.len(), 10, "none lost: {taken:?}");
+        assert!(taken.values().all(|&n| n == 1), "none duplicated: {taken:?}");
+    }
+
+    #[tokio::test]
+    async fn a_record_whose_event_keeps_failing_is_the_checkpoint_though_later_records_went_out_beside_it() {
+        let event = stream_batch(&(0..12).map(placed_record).collect::<Vec<_>>());
+        let bus = FakeBus { refuse_always: vec![placed_id(5)], ..FakeBus::default() };
+        let resp = relay_batch(event, &bus, &Sink::default(), Faults::default(), no_wait()).await;
+        assert_eq!(failed_records(resp), ["6"], "ord_5's record (the 6th) is where the mapping resumes");
+        let calls = bus.calls();
+        assert_eq!(calls.iter().map(Vec::len).collect::<Vec<_>>(), [10, 2, 1, 1, 1], "{calls:?}");
+        assert!(calls[2..].iter().all(|c| *c == [placed_id(5)]), "the retries send only the refused entry");
+        let taken = times_taken(&bus);
+        assert_eq!(taken.get(&placed_id(5)), None);
+        for i in (0..12).filter(|&i| i != 5) {
+            assert_eq!(taken.get(&placed_id(i)), Some(&1), "ord_{i} went out once: {taken:?}");
+        }
+        assert!(super::invocation_result(failed_batch("6")).is_err(), "and the invocation fails");
+    }
+
+    fn failed_batch(seq: &str) -> DynamoDbEventResponse {
+        let mut resp = DynamoDbEventResponse::default();
+        let mut f = aws_lambda_events::event::streams::DynamoDbBatchItemFailure::default();
+        f.item_identifier = Some(seq.into());
+        resp.batch_item_failures.push(f);
+        resp
+    }
+
+    /// Records 1 and 2 carry four events each, record 3 three (entries 9,
+    /// 10 and 11: across the first call's end), record 4 one.
+    fn three_events_across_a_call() -> (StreamEvent, Vec<Result<Vec<IntegrationEvent>, RecordError>>) {
+        let event = stream_batch(&(0..4).map(placed_record).collect::<Vec<_>>());
+        let decoded = [0..4, 4..8, 8..11, 11..12].into_iter().map(|r| Ok(r.map(placed_event).collect())).collect();
+        (event, decoded)
+    }
+
+    #[tokio::test]
+    async fn a_records_three_events_across_two_calls_are_published_once_each_and_the_record_acknowledged() {
+        let (event, decoded) = three_events_across_a_call();
+        let bus = FakeBus::default();
+        let resp = relay_decoded_batch(event, decoded, &bus, &Sink::default(), Faults::default(), no_wait()).await;
+        assert_eq!(failed_records(resp), Vec::<String>::new());
+        let calls = bus.calls();
+        assert_eq!(calls[0], (0..10).map(placed_id).collect::<Vec<_>>(), "the first call is full");
+        assert_eq!(calls[1], [placed_id(10), placed_id(11)]);
+        assert_eq!(calls.len(), 2);
+        let taken = times_taken(&bus);
+        assert!(taken.len() == 12 && taken.values().all(|&n| n == 1), "{taken:?}");
+    }
+
+    #[tokio::test]
+    async fn a_record_with_one_of_its_three_events_refused_is_the_checkpoint_and_its_others_are_not_resent() {
+        let (event, decoded) = three_events_across_a_call();
+        // ord_10: record 3's third event, in the second call; its first
+        // two went out in the first call.
+        let bus = FakeBus { refuse_always: vec![placed_id(10)], ..FakeBus::default() };
+        let resp = relay_decoded_batch(event, decoded, &bus, &Sink::default(), Faults::default(), no_wait()).await;
+        assert_eq!(failed_records(resp), ["3"], "record 3 is not acknowledged, nor record 4 after it");
+        let calls = bus.calls();
+        assert_eq!(calls.len(), 5, "two calls, then three retries: {calls:?}");
+        assert!(calls[2..].iter().all(|c| *c == [placed_id(10)]), "only the refused entry is sent again: {calls:?}");
+        let taken = times_taken(&bus);
+        assert_eq!((taken.get(&placed_id(8)), taken.get(&placed_id(9))), (Some(&1), Some(&1)));
+        assert_eq!(taken.get(&placed_id(10)), None);
+    }
+
+    #[tokio::test]
+    async fn a_call_stays_under_the_bus_request_size() {
+        // Orders of 2,200 lines: about 90 KB of detail each, so three do
+        // not fit one request though ten entries would.
+        let big = |i: usize| {
+            let mut o = order_no(i);
+            o.items = vec![o.items[0].clone(); 2200];
+            events_of_change(None, Some(&Record::Order(o))).remove(0)
+        };
+        let events: Vec<IntegrationEvent> = (0..3).map(big).collect();
+        let size = publish_size(&events[0]);
+        assert!(size * 2 < MAX_PUBLISH_BYTES && size * 3 >= MAX_PUBLISH_BYTES, "{size} bytes an event");
+        let event = stream_batch(&[placed_record(0)]);
+        let bus = FakeBus::default();
+        let resp =
+            relay_decoded_batch(event, vec![Ok(events)], &bus, &Sink::default(), Faults::default(), no_wait()).await;
+        assert_eq!(failed_records(resp), Vec::<String>::new());
+        assert_eq!(bus.calls(), [vec![placed_id(0), placed_id(1)], vec![placed_id(2)]]);
     }
 }

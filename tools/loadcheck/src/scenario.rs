@@ -13,6 +13,7 @@ use crate::stripe::StripeApi;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
+use system_tests::Reply;
 use time::OffsetDateTime;
 
 /// The everyday mix (weights printed at start).
@@ -567,8 +568,10 @@ impl Driver<'_> {
 
 impl Driver<'_> {
     /// The slow-channel drill (see [`Drilled::SlowChannel`]). Its calls are
-    /// sent once, not retried: a 5xx here is the answer under test (a
-    /// gateway timeout means a budget did not hold), not a hiccup.
+    /// not retried on a 5xx: that is the answer under test (a gateway
+    /// timeout means a budget did not hold), not a hiccup. The one
+    /// exception is a function process that died under the call (see
+    /// [`send_unless_killed`](Self::send_unless_killed)).
     async fn slow_channel(&mut self, id: &str, amount: i64, key: &str, expire_at: OffsetDateTime) {
         let Some(first) = self.start_payment(id, amount, key).await else { return };
         if self.plan.index % 2 == 0 {
@@ -576,9 +579,9 @@ impl Driver<'_> {
             let key2 = format!("{}-pay2", self.plan.idempotency_key);
             let body = self.payment_body();
             let started = std::time::Instant::now();
+            let buyer = self.plan.buyer.clone();
             match self
-                .client
-                .send(Auth::Buyer(&self.plan.buyer), "POST", &path, &[("Idempotency-Key", &key2)], Some(&body))
+                .send_unless_killed(|| Auth::Buyer(&buyer), "POST", &path, &[("Idempotency-Key", &key2)], Some(&body))
                 .await
             {
                 // The earlier attempt could not be closed in the API's time:
@@ -596,12 +599,39 @@ impl Driver<'_> {
         } else {
             sleep_until(expire_at + Duration::from_secs(2)).await;
             let path = format!("/admin/orders/{id}/check");
-            match self.client.send(Auth::Iam, "POST", &path, &[], None).await {
+            match self.send_unless_killed(|| Auth::Iam, "POST", &path, &[], None).await {
                 Ok(r) if r.status == 200 => {}
                 Ok(r) => self.wrong(format!("an operator check in a brownout answered {} {}", r.status, r.body)),
                 Err(e) => self.error(format!("operator check: {e}")),
             }
         }
+    }
+
+    /// One request, sent again (same headers, so the same idempotency key)
+    /// only when the answer says the function's process exited before
+    /// answering: the emulator-restart drill kills every runtime with a call
+    /// in flight, which tells nothing about a time budget. A budget that
+    /// did not hold answers a gateway timeout or an error of the function's
+    /// own, and those are returned as they are.
+    async fn send_unless_killed<'a>(
+        &self,
+        auth: impl Fn() -> Auth<'a>,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+    ) -> Result<Reply, String> {
+        let mut answer = self.client.send(auth(), method, path, headers, body).await;
+        for _ in 0..3 {
+            match &answer {
+                Ok(r) if r.status >= 500 && r.body["errorType"] == "Runtime.ExitError" => {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    answer = self.client.send(auth(), method, path, headers, body).await;
+                }
+                _ => break,
+            }
+        }
+        answer
     }
 
     /// A payment entry after `expire_at`: refused, whatever the channel.
