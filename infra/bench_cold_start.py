@@ -61,6 +61,7 @@ EVENTS = {
     "close-order": "close-order.json",
     "release-order": "release-order.json",
     "settle-order": "settle-order.json",
+    "drive-effects": "drive-effects.json",
     "refund-worker": "refund-worker-sqs.json",
     "reconcile": "reconcile.json",
     "sweep": None,  # a scheduled event: {}

@@ -14,7 +14,8 @@
 //!   the lease running out and the sweep bring the order back.
 //! - `fault-release-until-<unix seconds>-…`: the order's CLOSED stream record
 //!   is lost (the release function skips it, as if its retries ran out), and
-//!   the sweep's re-drives fail until that time.
+//!   the backstop's re-drives (drive-effects, from the sweep's pending
+//!   effects queue) fail until that time.
 //! - `fault-no-wakeup-…`: the order's wake-up is never created (as if the
 //!   Scheduler was down and the stream record was given up): only a read
 //!   (lazy expiry), an operator check or the sweep can close it.

@@ -174,20 +174,46 @@ pub trait PaymentChannel: Send + Sync {
     ) -> Result<RefundResult, Unavailable>;
 }
 
-/// What the sweep does with the due records it finds. Each action goes
-/// through the same idempotent use case as the normal path: the sweep only
-/// reminds, it never decides.
+/// A pending effect the sweep found in the due index's effects shards, as
+/// the effects queue's message names it: which effect, never what to do
+/// about it. The consumer re-reads the record and the use case's
+/// conditional writes decide, so a stale or repeated one changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PendingEffect {
+    /// A final order whose stock or coupon is not settled yet: release if
+    /// the order is CLOSED, settle if it is PAID (read from the order).
+    Order(OrderId),
+    /// A refund still REFUND_PENDING past its retry budget.
+    Refund(OrderId, PaymentId),
+}
+
+impl PendingEffect {
+    pub fn order_id(&self) -> &OrderId {
+        match self {
+            Self::Order(id) | Self::Refund(id, _) => id,
+        }
+    }
+}
+
+/// What the sweep does with the due records it finds. It only hands them
+/// on: close reminders to the close path, pending effects to the effects
+/// queue, whose consumer runs the same idempotent use cases as the normal
+/// path. The sweep never decides and never waits for an effect to be done.
 #[async_trait]
 pub trait Redrive: Send + Sync {
     /// Close reminders for due open orders, `{"order_id", "trigger": "sweep"}`
     /// on CloseQueue (the sweep hands at most 10 at a time: one batch).
     async fn close(&self, order_ids: &[OrderId]) -> Result<(), Unavailable>;
-    /// Runs release (CLOSED) or settle (PAID) again for a final order whose
-    /// effects are still pending.
-    async fn effects(&self, order_id: &OrderId) -> Result<(), Unavailable>;
-    /// Hands a refund still REFUND_PENDING past its budget to the refund
-    /// worker again.
-    async fn refund(&self, order_id: &OrderId, payment_id: &PaymentId) -> Result<(), Unavailable>;
+    /// Pending effects on the effects queue, one message each (the sweep
+    /// hands at most 10 at a time: one batch). `Err` if any was not taken.
+    async fn effects(&self, effects: &[PendingEffect]) -> Result<(), Unavailable>;
+}
+
+/// Hands a refund to the refund worker (its queue), which owns the tries,
+/// the backoff between them and the hand-over to a person.
+#[async_trait]
+pub trait RefundRequests: Send + Sync {
+    async fn request_refund(&self, order_id: &OrderId, payment_id: &PaymentId) -> Result<(), Unavailable>;
 }
 
 /// An entry of a publish that the bus did not take. `index` is the entry's

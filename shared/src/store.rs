@@ -329,7 +329,8 @@ pub trait PaymentStore: Send + Sync {
     /// The backstop's re-drive of a REFUND_PENDING refund: pushes its
     /// `due_at` to `now + REFUND_REDRIVE_AFTER`, so the sweep that re-sends
     /// it to the refund queue finds it again only after a whole retry
-    /// budget. Rejected if the refund is not REFUND_PENDING any more.
+    /// budget. Rejected if the refund is not REFUND_PENDING any more, or
+    /// not due any more (another delivery of the same re-drive pushed it).
     async fn redrive_refund(&self, refund: &Refund, now: Timestamp) -> Result<Cas, Unavailable>;
 
     /// Every order in the table, page by page. Fails on the first row it

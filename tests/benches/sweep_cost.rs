@@ -31,11 +31,8 @@ impl Redrive for NoRedrive {
     async fn close(&self, ids: &[OrderId]) -> Result<(), Unavailable> {
         panic!("nothing is due, yet the sweep re-drove {} closes", ids.len())
     }
-    async fn effects(&self, id: &OrderId) -> Result<(), Unavailable> {
-        panic!("nothing is due, yet the sweep re-drove effects of {id}")
-    }
-    async fn refund(&self, o: &OrderId, _: &PaymentId) -> Result<(), Unavailable> {
-        panic!("nothing is due, yet the sweep re-drove a refund of {o}")
+    async fn effects(&self, effects: &[PendingEffect]) -> Result<(), Unavailable> {
+        panic!("nothing is due, yet the sweep handed on {} effects", effects.len())
     }
 }
 

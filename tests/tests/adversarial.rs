@@ -61,19 +61,24 @@ impl Redrive for ScriptedRedrive {
         self.calls.lock().unwrap().extend(ids.iter().map(|id| format!("close {id}")));
         Ok(())
     }
-    async fn effects(&self, id: &OrderId) -> Result<(), Unavailable> {
-        self.calls.lock().unwrap().push(format!("effects {id}"));
+    /// One call is one hand-off (a `SendMessageBatch` of up to 10); it
+    /// fails as a whole when it holds an order scripted to fail once.
+    async fn effects(&self, effects: &[PendingEffect]) -> Result<(), Unavailable> {
+        let mut failing = false;
+        for e in effects {
+            self.calls.lock().unwrap().push(match e {
+                PendingEffect::Order(id) => format!("effects {id}"),
+                PendingEffect::Refund(o, p) => format!("refund {o} {p}"),
+            });
+            failing |= self.fail_once.lock().unwrap().remove(e.order_id().as_str());
+        }
         if let Some(c) = &self.clock {
             let now = c.now().unix_millis();
             c.set(now + self.effects_cost_ms);
         }
-        if self.fail_once.lock().unwrap().remove(id.as_str()) {
-            return Err(Unavailable::new("scripted re-drive", "store throttled"));
+        if failing {
+            return Err(Unavailable::new("scripted hand-off", "queue throttled"));
         }
-        Ok(())
-    }
-    async fn refund(&self, o: &OrderId, p: &PaymentId) -> Result<(), Unavailable> {
-        self.calls.lock().unwrap().push(format!("refund {o} {p}"));
         Ok(())
     }
 }
@@ -274,12 +279,12 @@ async fn a_failed_redrive_is_retried_by_the_next_run_even_with_a_stored_cursor()
 }
 
 /// Invariant 8 / the sweep's time budget: the budget is looked at only
-/// between pages, and the effects re-drives of a page run one after the
-/// other in-process (release/settle, including channel calls). A page of
-/// 100 slow re-drives (here 1 s each, e.g. a throttled table or a slow
-/// provider after a stream outage) runs 100 s, far past the function's
-/// 60 s timeout: the run is killed, stores no cursor and emits no
-/// SweepCompleted, and the next run starts over on the same page.
+/// between pages, and the effects re-drives of a page used to run one
+/// after the other in-process (release/settle, including channel calls):
+/// 100 slow re-drives (1 s each) ran 100 s, past the function's 60 s
+/// timeout. The sweep now hands effects to the effects queue, ten to a
+/// call: a page of 100 is 10 calls, here each slow (1 s, a throttled
+/// queue), and the run stays within its time.
 #[tokio::test]
 async fn the_sweep_stops_mid_page_once_its_budget_is_spent() {
     let store = fresh_table(&dynamodb_local().await).await.with_shards(DueShards { count: 1, sweep_count: 1 });

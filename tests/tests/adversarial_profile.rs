@@ -60,10 +60,15 @@ fn every_function_that_settles_a_payment_may_run_the_condition_check_of_its_tran
     // The functions whose code reaches settle_success: the webhook (a
     // notification), close-order (a success found while closing), order-api
     // (supersede on a new attempt; the force-check's close), settle-order
-    // (the order's other attempts) and the sweep (a re-driven settle).
-    for function in
-        ["PaymentWebhookFunction", "CloseOrderFunction", "OrderApiFunction", "SettleOrderFunction", "SweepFunction"]
-    {
+    // (the order's other attempts) and drive-effects (a settle the sweep
+    // handed on; the sweep itself no longer settles).
+    for function in [
+        "PaymentWebhookFunction",
+        "CloseOrderFunction",
+        "OrderApiFunction",
+        "SettleOrderFunction",
+        "DriveEffectsFunction",
+    ] {
         let calls = listed_calls(function);
         assert!(
             calls.contains("dynamodb:ConditionCheckItem"),

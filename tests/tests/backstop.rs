@@ -43,12 +43,11 @@ impl Redrive for RecordedRedrive {
         self.0.lock().unwrap().extend(ids.iter().map(|id| format!("close {id}")));
         Ok(())
     }
-    async fn effects(&self, id: &OrderId) -> Result<(), Unavailable> {
-        self.0.lock().unwrap().push(format!("effects {id}"));
-        Ok(())
-    }
-    async fn refund(&self, o: &OrderId, p: &PaymentId) -> Result<(), Unavailable> {
-        self.0.lock().unwrap().push(format!("refund {o} {p}"));
+    async fn effects(&self, effects: &[PendingEffect]) -> Result<(), Unavailable> {
+        self.0.lock().unwrap().extend(effects.iter().map(|e| match e {
+            PendingEffect::Order(id) => format!("effects {id}"),
+            PendingEffect::Refund(o, p) => format!("refund {o} {p}"),
+        }));
         Ok(())
     }
 }

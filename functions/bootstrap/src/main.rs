@@ -15,6 +15,7 @@ use lambda_runtime::Error;
 
 mod close_order;
 mod create_order;
+mod drive_effects;
 mod order_api;
 mod payment_webhook;
 mod reconcile;
@@ -31,6 +32,7 @@ mod sweep;
 enum Function {
     CloseOrder,
     CreateOrder,
+    DriveEffects,
     OrderApi,
     PaymentWebhook,
     Reconcile,
@@ -44,9 +46,10 @@ enum Function {
 }
 
 /// Every handler name the template may use, with the function it selects.
-const HANDLERS: [(&str, Function); 12] = [
+const HANDLERS: [(&str, Function); 13] = [
     ("close-order", Function::CloseOrder),
     ("create-order", Function::CreateOrder),
+    ("drive-effects", Function::DriveEffects),
     ("order-api", Function::OrderApi),
     ("payment-webhook", Function::PaymentWebhook),
     ("reconcile", Function::Reconcile),
@@ -100,6 +103,7 @@ async fn main() -> Result<(), Error> {
     match function {
         Function::CloseOrder => close_order::run(&config).await,
         Function::CreateOrder => create_order::run(&config).await,
+        Function::DriveEffects => drive_effects::run(&config).await,
         Function::OrderApi => order_api::run(&config).await,
         Function::PaymentWebhook => payment_webhook::run(&config).await,
         Function::Reconcile => reconcile::run(&config).await,

@@ -540,9 +540,14 @@ impl PaymentStore for DynamoStore {
             // A refund created before the backstop existed has no shard yet;
             // re-driving it puts it under the sweep from now on.
             .update_expression("SET due_at = :due, due_shard = if_not_exists(due_shard, :shard)")
-            .condition_expression("#status = :pending")
+            // Still due, not only still pending: a second delivery of the
+            // same re-drive (a duplicate effects message, two overlapping
+            // sweeps) finds the due time already pushed and changes nothing,
+            // rather than pushing it again and queueing the refund twice.
+            .condition_expression("#status = :pending AND (attribute_not_exists(due_at) OR due_at <= :now)")
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":pending", s(RefundStatus::RefundPending.as_str()))
+            .expression_attribute_values(":now", s(now.to_string()))
             .expression_attribute_values(":due", s(now.plus(REFUND_REDRIVE_AFTER).to_string()))
             .expression_attribute_values(":shard", s(keys::effects_shard(&refund.order_id, self.shards().count)));
         self.cas(req, "redrive refund").await

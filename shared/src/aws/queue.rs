@@ -1,8 +1,9 @@
 //! SQS adapters: close reminders put back with a delay; stream records set
-//! aside on a dead-letter queue; the refund worker's backoff and give-up.
+//! aside on a dead-letter queue; the refund worker's backoff and give-up;
+//! the sweep's pending effects handed to the effects queue.
 
-use crate::domain::OrderId;
-use crate::ports::{CloseReminders, DeadLetters, RefundRetries, Unavailable};
+use crate::domain::{OrderId, PaymentId};
+use crate::ports::{CloseReminders, DeadLetters, PendingEffect, RefundRequests, RefundRetries, Unavailable};
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use std::time::Duration;
@@ -43,6 +44,103 @@ pub async fn enqueue_refund(client: &Client, queue_url: &str, message: &RefundMe
         .await
         .map_err(|e| Unavailable::new("enqueue refund", e))?;
     Ok(())
+}
+
+/// The body of an effects-queue message: which pending effect, by its ids
+/// and kind, and nothing of its state (the consumer re-reads the record).
+/// `{"kind":"order_effects","order_id":…}` or
+/// `{"kind":"refund","order_id":…,"payment_id":…}`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PendingEffectMessage {
+    OrderEffects { order_id: OrderId },
+    Refund { order_id: OrderId, payment_id: PaymentId },
+}
+
+impl From<&PendingEffect> for PendingEffectMessage {
+    fn from(e: &PendingEffect) -> Self {
+        match e {
+            PendingEffect::Order(order_id) => Self::OrderEffects { order_id: order_id.clone() },
+            PendingEffect::Refund(order_id, payment_id) => {
+                Self::Refund { order_id: order_id.clone(), payment_id: payment_id.clone() }
+            }
+        }
+    }
+}
+
+impl From<PendingEffectMessage> for PendingEffect {
+    fn from(m: PendingEffectMessage) -> Self {
+        match m {
+            PendingEffectMessage::OrderEffects { order_id } => Self::Order(order_id),
+            PendingEffectMessage::Refund { order_id, payment_id } => Self::Refund(order_id, payment_id),
+        }
+    }
+}
+
+/// The effects queue as the sweep fills it (`PENDING_EFFECTS_QUEUE_URL`).
+pub struct SqsPendingEffects {
+    client: Client,
+    queue_url: String,
+}
+
+impl SqsPendingEffects {
+    pub fn new(client: Client, queue_url: String) -> Self {
+        Self { client, queue_url }
+    }
+
+    /// One message per effect, ten to a `SendMessageBatch`. Entries SQS
+    /// reports as failed are an error, so the caller knows (the sweep finds
+    /// those effects again next run: their entries stay due).
+    pub async fn hand_off(&self, effects: &[PendingEffect]) -> Result<(), Unavailable> {
+        for chunk in effects.chunks(10) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, effect)| {
+                    let body = serde_json::to_string(&PendingEffectMessage::from(effect)).expect("serialisable");
+                    aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .message_body(body)
+                        .build()
+                        .expect("complete entry")
+                })
+                .collect();
+            let out = self
+                .client
+                .send_message_batch()
+                .queue_url(&self.queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|e| Unavailable::new("send pending effects", e))?;
+            if !out.failed().is_empty() {
+                let why: Vec<_> = out.failed().iter().map(|f| f.code().to_owned()).collect();
+                return Err(Unavailable::new("send pending effects", format!("entries failed: {why:?}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// RefundQueue as the effects consumer uses it: a refund re-driven by the
+/// backstop goes back to the refund worker (`REFUND_QUEUE_URL`).
+pub struct SqsRefundRequests {
+    client: Client,
+    queue_url: String,
+}
+
+impl SqsRefundRequests {
+    pub fn new(client: Client, queue_url: String) -> Self {
+        Self { client, queue_url }
+    }
+}
+
+#[async_trait]
+impl RefundRequests for SqsRefundRequests {
+    async fn request_refund(&self, order_id: &OrderId, payment_id: &PaymentId) -> Result<(), Unavailable> {
+        let message = RefundMessage { order_id: order_id.clone(), payment_id: payment_id.clone() };
+        enqueue_refund(&self.client, &self.queue_url, &message).await
+    }
 }
 
 pub struct SqsCloseReminders {
@@ -192,6 +290,20 @@ impl RefundRetries for SqsRefundRetries {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pending_effect_message_names_the_effect_by_kind_and_ids_only() {
+        let order = OrderId::parse("ord_1").unwrap();
+        let payment = PaymentId::parse("pay_9").unwrap();
+        for (effect, body) in [
+            (PendingEffect::Order(order.clone()), r#"{"kind":"order_effects","order_id":"ord_1"}"#),
+            (PendingEffect::Refund(order, payment), r#"{"kind":"refund","order_id":"ord_1","payment_id":"pay_9"}"#),
+        ] {
+            assert_eq!(serde_json::to_string(&PendingEffectMessage::from(&effect)).unwrap(), body);
+            let back: PendingEffectMessage = serde_json::from_str(body).unwrap();
+            assert_eq!(PendingEffect::from(back), effect);
+        }
+    }
 
     #[test]
     fn delays_round_up_and_cap_at_fifteen_minutes() {

@@ -5,14 +5,29 @@
 //! and acknowledged; a store or channel failure is returned so the message
 //! is retried (and, after 10 receives, dead-lettered; the sweep re-drives
 //! whatever it left undone).
+//!
+//! The effects queue (the sweep's pending effects, [`pending_effects_batch`])
+//! differs in one point: a body that does not decode is *failed*, not
+//! acknowledged. Only this stack's sweep writes that queue, so such a body
+//! means the sweep and the consumer disagree on the format (a deploy
+//! half-way through, a hand-written message): kept in the DLQ (alarmed),
+//! it can be redriven once they agree, and the effect itself is never
+//! lost, since its index entry stays due until the use case settles it.
 
+use super::batch::each_sqs_message_within;
+use crate::aws::queue::PendingEffectMessage;
 use crate::domain::OrderId;
+use crate::error::error_chain;
 use crate::metrics;
-use crate::ports::{Clock, CloseReminders, PaymentChannel, WakeUpScheduler};
+use crate::ports::{Clock, CloseReminders, PaymentChannel, PendingEffect, Unavailable, WakeUpScheduler};
 use crate::store::{OrderStore, PaymentStore};
+use crate::usecases::pending_effects::EffectDriven;
 use crate::usecases::release_order::{release_order, settle_order_until};
 use crate::usecases::schedule_wakeup::schedule_wake_up;
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::time::Instant;
 use tracing::{error, info, warn};
 
 /// The body the bus's rules put on each effect queue.
@@ -126,4 +141,112 @@ where
         .await
         .map(|_| ())
         .map_err(|e| effect_failed("settle", &msg, e))
+}
+
+/// An effects-queue body as the effect it names, or why it cannot be one
+/// (counted as `MalformedEffectMessage`; the message is then failed, see
+/// the module's docs).
+pub fn decode_pending_effect(body: &str) -> Result<PendingEffect, String> {
+    match serde_json::from_str::<PendingEffectMessage>(body) {
+        Ok(m) => Ok(m.into()),
+        Err(e) => {
+            error!(queue = "pending-effects", error = %e, body = %body.chars().take(200).collect::<String>(), "undecodable pending-effect message: failed, so it reaches the DLQ");
+            metrics::MALFORMED_EFFECT_MESSAGE.count(1);
+            Err(format!("undecodable pending-effect message: {e}"))
+        }
+    }
+}
+
+/// The effects queue's batch: each message decoded and handed to `drive`
+/// (the pending-effect use case, with its share of the invocation until
+/// `deadline`). Only the messages that failed are named in the answer, so a
+/// poison message comes back alone, and after `maxReceiveCount` receives
+/// reaches the DLQ, while the rest of its batch is done.
+pub async fn pending_effects_batch<F, Fut>(event: SqsEvent, deadline: Instant, drive: F) -> SqsBatchResponse
+where
+    F: Fn(PendingEffect, Instant) -> Fut,
+    Fut: Future<Output = Result<EffectDriven, Unavailable>>,
+{
+    let drive = &drive;
+    each_sqs_message_within(event, deadline, |m, until| async move {
+        let effect = decode_pending_effect(m.body.as_deref().unwrap_or(""))?;
+        match drive(effect.clone(), until).await {
+            Ok(done) => {
+                info!(order_id = %effect.order_id(), trigger = "sweep", outcome = "effect_driven", effect = ?effect, result = ?done, "pending effect driven");
+                Ok(())
+            }
+            Err(e) => {
+                warn!(order_id = %effect.order_id(), trigger = "sweep", effect = ?effect, error = %error_chain(&e), "pending effect failed; its message comes back");
+                metrics::EFFECT_FAILED.emit(1.0, &["backstop"]);
+                Err(error_chain(&e))
+            }
+        }
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    /// The fixture's two messages (an order's effects, a refund), then the
+    /// given bodies as m2, m3, ….
+    fn batch(extra: &[&str]) -> SqsEvent {
+        let mut event: serde_json::Value =
+            serde_json::from_str(include_str!("../../../events/drive-effects.json")).unwrap();
+        let one = event["Records"][0].clone();
+        let records = event["Records"].as_array_mut().unwrap();
+        for (i, body) in extra.iter().enumerate() {
+            let mut m = one.clone();
+            m["messageId"] = serde_json::json!(format!("m{}", i + 2));
+            m["body"] = serde_json::json!(body);
+            records.push(m);
+        }
+        serde_json::from_value(event).unwrap()
+    }
+
+    fn failed(response: SqsBatchResponse) -> Vec<String> {
+        response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect()
+    }
+
+    fn deadline() -> Instant {
+        Instant::now() + Duration::from_secs(20)
+    }
+
+    #[tokio::test]
+    async fn an_undecodable_pending_effect_message_is_a_batch_item_failure_and_the_rest_are_driven() {
+        let driven = Mutex::new(Vec::new());
+        let response = pending_effects_batch(
+            batch(&["not json", r#"{"kind":"teleport","order_id":"ord_1"}"#]),
+            deadline(),
+            |e, _| {
+                driven.lock().unwrap().push(e);
+                async { Ok(EffectDriven::RefundNotDue) }
+            },
+        )
+        .await;
+        assert_eq!(failed(response), ["m2", "m3"], "both poison messages fail, so SQS dead-letters them");
+        let driven = driven.into_inner().unwrap();
+        assert_eq!(driven.len(), 2, "the fixture's two effects still ran: {driven:?}");
+        assert!(matches!(driven[0], PendingEffect::Order(_)) && matches!(driven[1], PendingEffect::Refund(..)));
+    }
+
+    #[tokio::test]
+    async fn an_effect_that_keeps_failing_is_a_batch_item_failure_every_time() {
+        let body = r#"{"kind":"order_effects","order_id":"ord_stuck"}"#;
+        for _receive in 0..3 {
+            let response = pending_effects_batch(batch(&[body]), deadline(), |e, _| async move {
+                match e {
+                    PendingEffect::Order(id) if id.as_str() == "ord_stuck" => {
+                        Err(Unavailable::new("release order", "table unavailable"))
+                    }
+                    _ => Ok(EffectDriven::RefundNotDue),
+                }
+            })
+            .await;
+            assert_eq!(failed(response), ["m2"], "only the failing effect's message comes back");
+        }
+    }
 }

@@ -7,6 +7,7 @@ pub mod create_order;
 pub mod force_check;
 pub mod order_reads;
 pub mod payments;
+pub mod pending_effects;
 pub mod queries;
 pub mod reconcile;
 pub mod refunds;

@@ -234,10 +234,9 @@ async fn effects_settled<S: OrderStore>(
     Ok(())
 }
 
-/// The sweep's re-drive of a final order whose effects are still pending:
-/// the same release or settle the stream would have run. Anything else (an
-/// order not final) is left alone: only a final order has effects.
-#[instrument(skip_all, fields(order_id = %order_id, trigger = "sweep"))]
+/// The backstop's re-drive of a final order whose effects are still
+/// pending: the same release or settle the stream would have run. Anything
+/// else (an order not final) is left alone: only a final order has effects.
 pub async fn drive_effects<S, W, C>(
     store: &S,
     wakeups: &W,
@@ -250,13 +249,32 @@ where
     W: WakeUpScheduler,
     C: PaymentChannel,
 {
+    drive_effects_until(store, wakeups, channel, clock, order_id, None).await
+}
+
+/// As [`drive_effects`], a settle's channel questions cut off at `until`
+/// (the effects-queue message's share of its invocation).
+#[instrument(skip_all, fields(order_id = %order_id, trigger = "sweep"))]
+pub async fn drive_effects_until<S, W, C>(
+    store: &S,
+    wakeups: &W,
+    channel: &C,
+    clock: &dyn Clock,
+    order_id: &OrderId,
+    until: Option<std::time::Instant>,
+) -> Result<ResourceReport, Unavailable>
+where
+    S: OrderStore + PaymentStore,
+    W: WakeUpScheduler,
+    C: PaymentChannel,
+{
     let order = store.order(order_id).await?;
     if let Some(why) = order.as_ref().and_then(|o| crate::faults::active().release_fails(o, clock.now())) {
         return Err(Unavailable::new("release order", why));
     }
     match order.map(|o| o.status) {
         Some(OrderStatus::Closed) => release_order(store, clock, order_id).await,
-        Some(OrderStatus::Paid) => settle_order(store, wakeups, channel, clock, order_id).await,
+        Some(OrderStatus::Paid) => settle_order_until(store, wakeups, channel, clock, order_id, until).await,
         other => {
             warn!(status = ?other, "effects re-drive for an order that is not final; nothing done");
             Ok(ResourceReport::default())

@@ -6,9 +6,12 @@
 //!
 //! - an open order past its due time → a close reminder (the close use case
 //!   decides; the sweep writes no status);
-//! - a final order whose stock or coupon is still held → release / settle
-//!   again;
-//! - a refund still pending past its retry budget → the refund worker again.
+//! - a final order whose stock or coupon is still held, or a refund still
+//!   pending past its retry budget → a message on the effects queue, whose
+//!   consumer runs release / settle / the refund re-drive (the sweep does not
+//!   wait for them: a backlog of thousands is drained by as many consumer
+//!   invocations as the queue's mapping allows, not one after another
+//!   inside this run).
 //!
 //! With nothing due, a run costs one query per shard and the cursor read,
 //! however large the table: the index only holds what is still to happen.
@@ -18,13 +21,13 @@
 //!
 //! A run's work in flight is bounded however large the backlog:
 //! [`SweepConfig::shards_at_once`] shards at a time, each with at most
-//! [`SweepConfig::calls_per_shard`] calls (reminder batches, snoozes) at a
-//! time. A stored cursor the index refuses is dropped and its shard swept
+//! [`SweepConfig::calls_per_shard`] calls (reminder and effect batches,
+//! snoozes) at a time. A stored cursor the index refuses is dropped and its shard swept
 //! from the top, so it cannot fail every run.
 
 use crate::domain::{OrderId, Timestamp};
 use crate::metrics;
-use crate::ports::{Clock, Redrive, Unavailable};
+use crate::ports::{Clock, PendingEffect, Redrive, Unavailable};
 use crate::store::{Cas, DueCursor, DueEntry, DueIndex, DueItem, DuePageError, SweepCursors};
 use futures_util::StreamExt;
 use std::time::Duration;
@@ -241,6 +244,7 @@ async fn sweep_shard<I: DueIndex, R: Redrive>(
         report.consumed_capacity += page.consumed_capacity;
         let page_start = last_done.clone();
         let mut close: Vec<&DueEntry> = Vec::new();
+        let mut effects: Vec<PendingEffect> = Vec::new();
         let mut stopped_early = false;
         for entry in &page.entries {
             if handled > 0 && clock.now() >= deadline {
@@ -261,12 +265,14 @@ async fn sweep_shard<I: DueIndex, R: Redrive>(
                 DueItem::OrderEffects(id) => {
                     report.effects_found += 1;
                     report.oldest_effect_overdue = report.oldest_effect_overdue.max(overdue);
-                    bounded(redrive.effects(id), || format!("effects re-drive of {id}")).await
+                    effects.push(PendingEffect::Order(id.clone()));
+                    true
                 }
                 DueItem::Refund(order_id, payment_id) => {
                     report.refunds_found += 1;
                     report.oldest_effect_overdue = report.oldest_effect_overdue.max(overdue);
-                    bounded(redrive.refund(order_id, payment_id), || format!("refund re-drive of {payment_id}")).await
+                    effects.push(PendingEffect::Refund(order_id.clone(), payment_id.clone()));
+                    true
                 }
                 DueItem::Unrecognised { pk, sk } => {
                     warn!(pk, sk, "unrecognised due-index entry left alone");
@@ -279,6 +285,14 @@ async fn sweep_shard<I: DueIndex, R: Redrive>(
                 first_failure.get_or_insert_with(|| last_done.clone());
             }
             last_done = Some(entry.key.clone());
+        }
+        // Handed on, not driven: the entry stays due until the consumer's
+        // use case settles it, so one the queue loses, or the consumer
+        // cannot finish, is handed on again by a later run.
+        let unsent = hand_off_all(redrive, &effects, cfg.calls_per_shard).await;
+        if unsent > 0 {
+            report.failures += unsent;
+            first_failure.get_or_insert(page_start.clone());
         }
         if !close.is_empty() {
             let (sent, unsent) = remind_all(redrive, &close, cfg.calls_per_shard).await;
@@ -363,6 +377,27 @@ async fn remind_all<'e, R: Redrive>(redrive: &R, entries: &[&'e DueEntry], at_on
 
 /// SQS's most messages in one `SendMessageBatch`.
 const REMINDERS_PER_CALL: usize = 10;
+
+/// Pending effects onto the effects queue, one [`Redrive::effects`] call per
+/// `SendMessageBatch` of 10, at most `at_once` in flight, each bounded in
+/// time. How many were not handed on (their entries stay due).
+async fn hand_off_all<R: Redrive>(redrive: &R, effects: &[PendingEffect], at_once: usize) -> u32 {
+    futures_util::stream::iter(effects.chunks(REMINDERS_PER_CALL))
+        .map(|batch| async move {
+            let ok = bounded(redrive.effects(batch), || format!("hand-off of {} pending effects", batch.len())).await;
+            if ok {
+                for effect in batch {
+                    info!(order_id = %effect.order_id(), trigger = "sweep", outcome = "effect_handed_off", effect = ?effect, "pending effect handed to the effects queue");
+                }
+                0
+            } else {
+                batch.len() as u32
+            }
+        })
+        .buffer_unordered(at_once.max(1))
+        .fold(0, |unsent, n| async move { unsent + n })
+        .await
+}
 
 /// Moves the entries of orders just reminded to `until`, at most `at_once`
 /// at a time: how many moved, and the earliest own due time among them (see

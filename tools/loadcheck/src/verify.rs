@@ -874,7 +874,7 @@ fn summary_of(entries: &[&Value]) -> String {
 // ---------------------------------------------------------------- queues
 
 /// The stack's dead-letter queues (stack output names).
-const DEAD_LETTER_QUEUES: [&str; 11] = [
+const DEAD_LETTER_QUEUES: [&str; 12] = [
     "CLOSE_DLQ_URL",
     "WAKEUP_DLQ_URL",
     "REFUND_DLQ_URL",
@@ -886,6 +886,8 @@ const DEAD_LETTER_QUEUES: [&str; 11] = [
     "ORDER_PLACED_QUEUE_DLQ_URL",
     "ORDER_CLOSED_QUEUE_DLQ_URL",
     "ORDER_PAID_QUEUE_DLQ_URL",
+    // The sweep's pending effects handed on and failed 10 receives.
+    "PENDING_EFFECTS_QUEUE_DLQ_URL",
     "EVENT_DELIVERY_DLQ_URL",
     "RECONCILE_FAILURE_QUEUE_URL",
 ];

@@ -128,7 +128,7 @@ enum Command {
     },
     /// Move a dead-letter queue's messages back to their source queue.
     #[command(after_help = "Queues: close-dlq, wakeup-dlq, refund-dlq, order-placed-dlq, order-closed-dlq, \
-                            order-paid-dlq (redrivable); event-delivery-dlq, sweep-dlq, stream-failure, \
+                            order-paid-dlq, pending-effects-dlq (redrivable); event-delivery-dlq, sweep-dlq, stream-failure, \
                             stream-dead-letter, reconcile-failure (the error says what to do instead).")]
     Redrive {
         /// The DLQ, e.g. close-dlq.

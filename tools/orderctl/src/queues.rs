@@ -76,6 +76,14 @@ pub const DLQS: &[Dlq] = &[
         instead: "",
     },
     Dlq {
+        name: "pending-effects-dlq",
+        url_key: "PENDING_EFFECTS_QUEUE_DLQ_URL",
+        source_key: Some("PENDING_EFFECTS_QUEUE_URL"),
+        holds: "pending effects (release, settle, refund re-drives) the sweep handed on that failed 10 receives \
+                or never decoded",
+        instead: "",
+    },
+    Dlq {
         name: "event-delivery-dlq",
         url_key: "EVENT_DELIVERY_DLQ_URL",
         source_key: None,

@@ -1,0 +1,83 @@
+//! The effects backstop's queue as deployed (issue 17): the template,
+//! translated as CloudFormation sees it after the SAM transform (dev
+//! parameters, `infra/template_check.py translate`), has the queue the
+//! sweep fills, its dead-letter queue after 10 receives, the consumer's
+//! mapping with partial batch responses, an alarm on the DLQ's visible
+//! messages with its runbook entry, and the sweep allowed to send there.
+//! Needs the repo's `.venv` (as the other template tests), no stack.
+
+use serde_json::{json, Value};
+
+fn translated() -> Value {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = std::process::Command::new(root.join(".venv/bin/python"))
+        .arg(root.join("infra/template_check.py"))
+        .args(["translate", "dev"])
+        .current_dir(&root)
+        .output()
+        .expect("the repo's .venv python (infra/tools.sh creates it)");
+    assert!(out.status.success(), "translate failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("the translated template is JSON")
+}
+
+fn of_type<'a>(t: &'a Value, kind: &str) -> Vec<(&'a String, &'a Value)> {
+    t["Resources"].as_object().unwrap().iter().filter(|(_, r)| r["Type"] == kind).collect()
+}
+
+#[test]
+fn the_pending_effects_queue_dead_letters_after_ten_receives_into_an_alarmed_dlq_with_a_runbook() {
+    let t = translated();
+    let queue = &t["Resources"]["PendingEffectsQueue"];
+    assert_eq!(queue["Type"], "AWS::SQS::Queue");
+    let redrive = &queue["Properties"]["RedrivePolicy"];
+    assert_eq!(redrive["deadLetterTargetArn"], json!({"Fn::GetAtt": ["PendingEffectsQueueDLQ", "Arn"]}));
+    assert_eq!(redrive["maxReceiveCount"], 10);
+    assert_eq!(t["Resources"]["PendingEffectsQueueDLQ"]["Type"], "AWS::SQS::Queue");
+
+    let dlq_name = json!({"Fn::GetAtt": ["PendingEffectsQueueDLQ", "QueueName"]});
+    let alarms: Vec<&String> = of_type(&t, "AWS::CloudWatch::Alarm")
+        .into_iter()
+        .filter(|(_, a)| {
+            let p = &a["Properties"];
+            p["MetricName"] == "ApproximateNumberOfMessagesVisible"
+                && p["Threshold"] == 0
+                && p["ComparisonOperator"] == "GreaterThanThreshold"
+                && p["Dimensions"].as_array().is_some_and(|d| d.iter().any(|d| d["Value"] == dlq_name))
+                && p["AlarmActions"].as_array().is_some_and(|a| !a.is_empty())
+        })
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(alarms, ["PendingEffectsQueueDLQAlarm"], "one alarm on the DLQ's visible messages");
+    let runbooks = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/runbooks.md")).unwrap();
+    assert!(runbooks.lines().any(|l| l.trim() == "### PendingEffectsQueueDLQAlarm"), "its runbook entry");
+}
+
+#[test]
+fn drive_effects_consumes_the_queue_in_batches_of_ten_naming_only_failed_messages() {
+    let t = translated();
+    let source = json!({"Fn::GetAtt": ["PendingEffectsQueue", "Arn"]});
+    let mappings: Vec<&Value> = of_type(&t, "AWS::Lambda::EventSourceMapping")
+        .into_iter()
+        .map(|(_, m)| &m["Properties"])
+        .filter(|p| p["EventSourceArn"] == source)
+        .collect();
+    assert_eq!(mappings.len(), 1, "one consumer of the queue");
+    let m = mappings[0];
+    assert_eq!(m["FunctionName"], json!({"Ref": "DriveEffectsFunction"}));
+    assert_eq!(m["BatchSize"], 10);
+    assert_eq!(m["FunctionResponseTypes"], json!(["ReportBatchItemFailures"]));
+    assert_eq!(t["Resources"]["DriveEffectsFunction"]["Properties"]["Handler"], "drive-effects");
+}
+
+#[test]
+fn the_sweep_hands_pending_effects_to_the_queue_and_no_longer_drives_them() {
+    let t = translated();
+    let sweep = &t["Resources"]["SweepFunction"]["Properties"];
+    let env = &sweep["Environment"]["Variables"];
+    assert_eq!(env["PENDING_EFFECTS_QUEUE_URL"], json!({"Ref": "PendingEffectsQueue"}));
+    let role = t["Resources"]["SweepFunctionRole"].to_string();
+    assert!(role.contains("PendingEffectsQueue"), "the sweep may send to the queue");
+    for driven in ["scheduler:DeleteSchedule", "dynamodb:ConditionCheckItem", "ssm:GetParameter"] {
+        assert!(!role.contains(driven), "the sweep no longer runs settle or release itself: {driven} granted");
+    }
+}
