@@ -68,6 +68,11 @@ impl Client {
         Ok(buyer.user_id)
     }
 
+    /// What [`send`](Self::send)'s error ends with when the request timed
+    /// out (no answer within the client's 60 s), as opposed to a connection
+    /// that was refused or dropped.
+    pub const TIMED_OUT: &'static str = " (timed out)";
+
     /// One request. Transport failures and 5xx answers are retried (up to
     /// `tries` times) only by callers whose request is idempotent.
     pub async fn send(
@@ -104,7 +109,10 @@ impl Client {
             req = req.body(b.to_owned());
         }
         let _permit = self.in_flight.acquire().await.map_err(|e| e.to_string())?;
-        let resp = req.send().await.map_err(|e| format!("{method} {path}: {e}"))?;
+        let resp = req.send().await.map_err(|e| {
+            let timed_out = if e.is_timeout() { Self::TIMED_OUT } else { "" };
+            format!("{method} {path}: {e}{timed_out}")
+        })?;
         let status = resp.status().as_u16();
         let replayed = resp.headers().get("idempotent-replayed").is_some();
         let text = resp.text().await.map_err(|e| format!("{method} {path}: {e}"))?;

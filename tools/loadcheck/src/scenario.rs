@@ -608,11 +608,13 @@ impl Driver<'_> {
     }
 
     /// One request, sent again (same headers, so the same idempotency key)
-    /// only when the answer says the function's process exited before
-    /// answering: the emulator-restart drill kills every runtime with a call
-    /// in flight, which tells nothing about a time budget. A budget that
-    /// did not hold answers a gateway timeout or an error of the function's
-    /// own, and those are returned as they are.
+    /// only when the function's process exited before answering or the
+    /// connection was refused or dropped: the emulator-restart drill kills
+    /// every runtime with a call in flight and the gateway with it, which
+    /// tells nothing about a time budget. A budget that did not hold
+    /// answers a gateway timeout or an error of the function's own (or no
+    /// answer within the client's timeout), and those are returned as they
+    /// are.
     async fn send_unless_killed<'a>(
         &self,
         auth: impl Fn() -> Auth<'a>,
@@ -624,12 +626,13 @@ impl Driver<'_> {
         let mut answer = self.client.send(auth(), method, path, headers, body).await;
         for _ in 0..3 {
             match &answer {
-                Ok(r) if r.status >= 500 && r.body["errorType"] == "Runtime.ExitError" => {
-                    tokio::time::sleep(Duration::from_secs(2)).await;
-                    answer = self.client.send(auth(), method, path, headers, body).await;
-                }
+                Ok(r) if r.status >= 500 && r.body["errorType"] == "Runtime.ExitError" => {}
+                Err(e) if !e.ends_with(Client::TIMED_OUT) => {}
                 _ => break,
             }
+            // The restart takes 10-20 s.
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            answer = self.client.send(auth(), method, path, headers, body).await;
         }
         answer
     }
