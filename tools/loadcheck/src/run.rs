@@ -2,7 +2,7 @@
 //! drive the traffic at the asked rate, control the drills that are not an
 //! order's own (the sweep's pause), wait for the drain, check, report.
 
-use crate::client::Client;
+use crate::client::{Auth, Client};
 use crate::place;
 use crate::report::{self, OrderRow, RunFacts};
 use crate::scenario::{self, Drilled, Driven, OrderPlan, Plan, Scenario, MIX};
@@ -164,7 +164,12 @@ async fn setup(client: &Client, plans: &[OrderPlan], skus: &BTreeMap<String, i64
     signed.into_iter().collect::<Result<Vec<_>, _>>()?;
     for (sku, stock) in skus {
         let body = json!({"available": stock, "price": scenario::PRICE, "currency": "EUR"}).to_string();
-        let r = client.admin("PUT", &format!("/admin/skus/{sku}"), Some(&body)).await?;
+        // One key per SKU of the run, so a retry after a lost answer is
+        // replayed by the API rather than applied again.
+        let key = format!("seed-{sku}");
+        let r = client
+            .send_retried(|| Auth::Iam, "PUT", &format!("/admin/skus/{sku}"), &[("Idempotency-Key", &key)], Some(&body))
+            .await?;
         if r.status != 200 {
             return Err(format!("seeding {sku}: {} {}", r.status, r.body));
         }
