@@ -530,6 +530,47 @@ mod tests {
         assert_eq!(times_taken(&bus).get("OrderPlaced:ord_1"), Some(&1));
     }
 
+    #[tokio::test]
+    async fn an_unpublished_record_before_an_undecodable_one_is_the_checkpoint_and_nothing_is_set_aside_yet() {
+        let placed = order();
+        let closed = moved(&placed, OrderStatus::Closed, "2026-01-01T10:30:00.500Z", "expired unpaid");
+        let bad = serde_json::json!({"pk": "ORDER#x", "sk": "ORDER", "entity": "ORDER", "status": "LOST"});
+        let event = stream_batch(&[
+            record(None, Some(order_item(&placed))),
+            record(Some(order_item(&placed)), Some(order_item(&closed))),
+            record(None, Some(bad)),
+            record(None, Some(order_item(&order_no(7)))),
+        ]);
+        let bus = FakeBus { refuse_always: vec!["OrderClosed:ord_1:2".into()], ..FakeBus::default() };
+        let sink = Sink::default();
+        let resp = relay_batch(event, &bus, &sink, Faults::default(), no_wait()).await;
+        assert_eq!(failed_records(resp), ["2"]);
+        assert_eq!(sink.0.lock().unwrap().len(), 0, "the walk stopped before the undecodable record");
+        let taken = times_taken(&bus);
+        assert_eq!(taken.get(&placed_id(7)), Some(&1), "a later record went out beside it");
+    }
+
+    #[tokio::test]
+    async fn an_undecodable_record_that_cannot_be_set_aside_is_the_checkpoint_though_a_later_one_failed_too() {
+        let placed = order();
+        let closed = moved(&placed, OrderStatus::Closed, "2026-01-01T10:30:00.500Z", "expired unpaid");
+        let bad = serde_json::json!({"pk": "ORDER#x", "sk": "ORDER", "entity": "ORDER", "status": "LOST"});
+        let event =
+            stream_batch(&[record(None, Some(bad)), record(Some(order_item(&placed)), Some(order_item(&closed)))]);
+        let bus = FakeBus { refuse_always: vec!["OrderClosed:ord_1:2".into()], ..FakeBus::default() };
+        let sink = BrokenSink;
+        let resp = relay_batch(event, &bus, &sink, Faults::default(), no_wait()).await;
+        assert_eq!(failed_records(resp), ["1"]);
+    }
+
+    struct BrokenSink;
+    #[async_trait]
+    impl DeadLetters for BrokenSink {
+        async fn set_aside(&self, _: String) -> Result<(), Unavailable> {
+            Err(Unavailable::new("dlq", "down"))
+        }
+    }
+
     /// `records` as one stream batch, with sequence numbers 1, 2, 3, …
     fn stream_batch(records: &[EventRecord]) -> StreamEvent {
         let mut batch: serde_json::Value =
