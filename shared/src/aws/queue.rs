@@ -92,33 +92,10 @@ impl SqsPendingEffects {
     /// reports as failed are an error, so the caller knows (the sweep finds
     /// those effects again next run: their entries stay due).
     pub async fn hand_off(&self, effects: &[PendingEffect]) -> Result<(), Unavailable> {
-        for chunk in effects.chunks(10) {
-            let entries = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, effect)| {
-                    let body = serde_json::to_string(&PendingEffectMessage::from(effect)).expect("serialisable");
-                    aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .message_body(body)
-                        .build()
-                        .expect("complete entry")
-                })
-                .collect();
-            let out = self
-                .client
-                .send_message_batch()
-                .queue_url(&self.queue_url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-                .map_err(|e| Unavailable::new("send pending effects", e))?;
-            if !out.failed().is_empty() {
-                let why: Vec<_> = out.failed().iter().map(|f| f.code().to_owned()).collect();
-                return Err(Unavailable::new("send pending effects", format!("entries failed: {why:?}")));
-            }
-        }
-        Ok(())
+        let bodies = effects
+            .iter()
+            .map(|effect| serde_json::to_string(&PendingEffectMessage::from(effect)).expect("serialisable"));
+        send_in_batches(&self.client, &self.queue_url, bodies, "send pending effects").await
     }
 }
 
@@ -157,38 +134,49 @@ impl SqsCloseReminders {
     /// Entries SQS reports as failed are an error, so the caller knows
     /// (the sweep finds those orders again next run).
     pub async fn remind_now(&self, order_ids: &[OrderId], trigger: &str) -> Result<(), Unavailable> {
-        for chunk in order_ids.chunks(10) {
-            let entries = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, id)| {
-                    let body = serde_json::to_string(&CloseMessage {
-                        order_id: id.clone(),
-                        trigger: Some(trigger.to_owned()),
-                    })
-                    .expect("serialisable");
-                    aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .message_body(body)
-                        .build()
-                        .expect("complete entry")
-                })
-                .collect();
-            let out = self
-                .client
-                .send_message_batch()
-                .queue_url(&self.queue_url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-                .map_err(|e| Unavailable::new("send close reminders", e))?;
-            if !out.failed().is_empty() {
-                let why: Vec<_> = out.failed().iter().map(|f| f.code().to_owned()).collect();
-                return Err(Unavailable::new("send close reminders", format!("entries failed: {why:?}")));
-            }
-        }
-        Ok(())
+        let bodies = order_ids.iter().map(|id| {
+            serde_json::to_string(&CloseMessage { order_id: id.clone(), trigger: Some(trigger.to_owned()) })
+                .expect("serialisable")
+        });
+        send_in_batches(&self.client, &self.queue_url, bodies, "send close reminders").await
     }
+}
+
+/// One message per body, ten to a `SendMessageBatch` (SQS's most), batch
+/// after batch. A batch whose entries SQS reports as failed is an error, so
+/// the caller knows which run to count as unfinished.
+async fn send_in_batches(
+    client: &Client,
+    queue_url: &str,
+    bodies: impl Iterator<Item = String>,
+    what: &'static str,
+) -> Result<(), Unavailable> {
+    let bodies: Vec<String> = bodies.collect();
+    for chunk in bodies.chunks(10) {
+        let entries = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, body)| {
+                aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(body)
+                    .build()
+                    .expect("complete entry")
+            })
+            .collect();
+        let out = client
+            .send_message_batch()
+            .queue_url(queue_url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(|e| Unavailable::new(what, e))?;
+        if !out.failed().is_empty() {
+            let why: Vec<_> = out.failed().iter().map(|f| f.code().to_owned()).collect();
+            return Err(Unavailable::new(what, format!("entries failed: {why:?}")));
+        }
+    }
+    Ok(())
 }
 
 /// Whole seconds, rounded up so that the reminder does not arrive early
