@@ -124,7 +124,7 @@ async fn main() {
     let clone_ns = start.elapsed().as_nanos() as f64 / n as f64;
 
     // HMAC-SHA256 alone over the body: one and two secrets.
-    let secrets = vec![b"whsec_current".to_vec(), b"whsec_previous".to_vec()];
+    let secrets = [b"whsec_current".to_vec(), b"whsec_previous".to_vec()];
     let mut hmac_ns = Vec::new();
     for k in [1, 2] {
         let start = Instant::now();

@@ -33,7 +33,7 @@ async fn losing(store: &DynamoStore, operation: &str, count: usize) -> (DynamoSt
 }
 
 async fn open_order(store: &DynamoStore, clock: &FixedClock) -> Order {
-    system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 10, &eur(100)).await.unwrap();
+    system_tests::fixtures::seed_stock(store, &Sku::parse("A").unwrap(), 10, &eur(100)).await.unwrap();
     let create = CreateOrder {
         store: store.clone(),
         clock: Box::new(clock.clone()),

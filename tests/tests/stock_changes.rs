@@ -294,7 +294,7 @@ async fn a_stock_change_during_the_reconciliation_scan_is_not_reported_as_a_supp
             .put_item()
             .table_name(store.table())
             .item("pk", s(keys::sku(&sku("A"))))
-            .item("sk", s(&format!("PAD#{i}")))
+            .item("sk", s(format!("PAD#{i}")))
             .item("pad", s(&pad))
             .send()
             .await

@@ -90,7 +90,7 @@ impl Intercept for LostAnswers {
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
         let op = cfg.load::<Metadata>().map(|m| m.name().to_owned()).unwrap_or_default();
-        if self.operations.iter().any(|o| *o == op) && self.take() {
+        if self.operations.contains(&op) && self.take() {
             self.lost.fetch_add(1, Ordering::SeqCst);
             // One line per lost answer: a drill counts them in the log.
             tracing::warn!(operation = %op, "fault injection: answer lost after the request reached the service");

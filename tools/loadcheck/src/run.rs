@@ -821,6 +821,53 @@ async fn check_only(args: &Args, scope_path: &std::path::Path) -> Result<i32, St
     Ok(report::verdict_only(verify::verify(&stack, &scope, args.stripe_concurrency).await))
 }
 
+/// The `lost-response` drill: the stack's functions lose a share of their
+/// write answers (`LOST_ANSWER_RATE` at `infra/local.sh up`); each loss is
+/// one line in the emulator's log, counted over the run.
+struct LostResponseDrill {
+    rate: f64,
+    log: std::path::PathBuf,
+    from: u64,
+}
+
+const LOST_ANSWER_LINE: &str = "answer lost after the request reached the service";
+
+impl LostResponseDrill {
+    fn start(stack: &Stack, env_file: &std::path::Path, notes: &mut Vec<String>) -> Option<Self> {
+        let rate = stack.get_opt("LOST_ANSWER_RATE").and_then(|r| r.parse::<f64>().ok()).filter(|r| *r > 0.0);
+        let Some(rate) = rate else {
+            let why = "lost-response skipped: the stack was started with LOST_ANSWER_RATE=0, so no answer is \
+                       lost (start it with `LOST_ANSWER_RATE=0.02 infra/local.sh up` to run this drill)";
+            println!("{why}");
+            notes.push(why.to_owned());
+            return None;
+        };
+        let log = env_file.parent().unwrap_or(std::path::Path::new(".")).join("ministack.log");
+        let from = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+        println!("drill lost-response: {:.1} % of every function's write answers are lost", rate * 100.0);
+        Some(Self { rate, log, from })
+    }
+
+    /// The drill's note, or why it planted nothing.
+    fn finish(self, notes: &mut Vec<String>) -> Option<String> {
+        use std::io::{Read, Seek};
+        let mut text = String::new();
+        let read = std::fs::File::open(&self.log).and_then(|mut f| {
+            f.seek(std::io::SeekFrom::Start(self.from))?;
+            f.read_to_string(&mut text)
+        });
+        if let Err(e) = read {
+            return Some(format!("lost-response: cannot read {}: {e}", self.log.display()));
+        }
+        let lost = text.lines().filter(|l| l.contains(LOST_ANSWER_LINE)).count();
+        notes.push(format!(
+            "lost-response: {lost} write answers lost after the write was applied (rate {}), each re-sent by the SDK",
+            self.rate
+        ));
+        (lost == 0).then(|| "lost-response exercised: no answer was lost during the run".to_owned())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -879,52 +926,5 @@ mod tests {
     fn unpaid_only_leaves_every_everyday_order_unpaid() {
         let plans = plan_orders(&args(&["--unpaid-only"]), "lcx", 0);
         assert!(plans.iter().all(|p| p.plan == Plan::Mix(Scenario::NeverPaid) && p.coupon.is_none()));
-    }
-}
-
-/// The `lost-response` drill: the stack's functions lose a share of their
-/// write answers (`LOST_ANSWER_RATE` at `infra/local.sh up`); each loss is
-/// one line in the emulator's log, counted over the run.
-struct LostResponseDrill {
-    rate: f64,
-    log: std::path::PathBuf,
-    from: u64,
-}
-
-const LOST_ANSWER_LINE: &str = "answer lost after the request reached the service";
-
-impl LostResponseDrill {
-    fn start(stack: &Stack, env_file: &std::path::Path, notes: &mut Vec<String>) -> Option<Self> {
-        let rate = stack.get_opt("LOST_ANSWER_RATE").and_then(|r| r.parse::<f64>().ok()).filter(|r| *r > 0.0);
-        let Some(rate) = rate else {
-            let why = "lost-response skipped: the stack was started with LOST_ANSWER_RATE=0, so no answer is \
-                       lost (start it with `LOST_ANSWER_RATE=0.02 infra/local.sh up` to run this drill)";
-            println!("{why}");
-            notes.push(why.to_owned());
-            return None;
-        };
-        let log = env_file.parent().unwrap_or(std::path::Path::new(".")).join("ministack.log");
-        let from = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
-        println!("drill lost-response: {:.1} % of every function's write answers are lost", rate * 100.0);
-        Some(Self { rate, log, from })
-    }
-
-    /// The drill's note, or why it planted nothing.
-    fn finish(self, notes: &mut Vec<String>) -> Option<String> {
-        use std::io::{Read, Seek};
-        let mut text = String::new();
-        let read = std::fs::File::open(&self.log).and_then(|mut f| {
-            f.seek(std::io::SeekFrom::Start(self.from))?;
-            f.read_to_string(&mut text)
-        });
-        if let Err(e) = read {
-            return Some(format!("lost-response: cannot read {}: {e}", self.log.display()));
-        }
-        let lost = text.lines().filter(|l| l.contains(LOST_ANSWER_LINE)).count();
-        notes.push(format!(
-            "lost-response: {lost} write answers lost after the write was applied (rate {}), each re-sent by the SDK",
-            self.rate
-        ));
-        (lost == 0).then(|| "lost-response exercised: no answer was lost during the run".to_owned())
     }
 }
