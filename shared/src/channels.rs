@@ -114,4 +114,14 @@ impl ChannelStatement for ConfiguredChannel {
         }
         Ok(out)
     }
+
+    async fn statement_between(&self, since: Timestamp, until: Timestamp) -> Result<Statement, Unavailable> {
+        let mut out = Statement { since: Some(since), until: Some(until), lines: Vec::new() };
+        let parts: [Option<&dyn ChannelStatement>; 2] =
+            [self.sandbox.as_ref().map(|c| c as &dyn ChannelStatement), self.stripe.as_ref().map(|c| c as _)];
+        for part in parts.into_iter().flatten() {
+            out.lines.extend(part.statement_between(since, until).await?.lines);
+        }
+        Ok(out)
+    }
 }

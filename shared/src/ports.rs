@@ -267,6 +267,10 @@ pub struct StatementLine {
     /// Set once the channel refunded the payment.
     pub refund_id: Option<String>,
     pub refunded_amount: i64,
+    /// When the payment was opened at the channel, if the channel says:
+    /// a day's run reports a channel-side discrepancy on the day its
+    /// payment was opened.
+    pub created_at: Option<Timestamp>,
 }
 
 /// The channel's side of reconciliation, as read for one run.
@@ -276,6 +280,9 @@ pub struct Statement {
     /// the channel's whole ledger. Payments created before it are not in
     /// the statement, so the channel checks skip orders that have one.
     pub since: Option<Timestamp>,
+    /// The end (exclusive) of the creation times it covers; `None`: up to
+    /// the time it was read.
+    pub until: Option<Timestamp>,
     pub lines: Vec<StatementLine>,
 }
 
@@ -284,6 +291,10 @@ pub struct Statement {
 pub trait ChannelStatement: Send + Sync {
     /// The payments and refunds the channel has, as of `now`.
     async fn statement(&self, now: Timestamp) -> Result<Statement, Unavailable>;
+    /// The payments opened in `[since, until)`, with their state and
+    /// refunds as of now: a day's run reads its own window, not the
+    /// channel's whole recent history.
+    async fn statement_between(&self, since: Timestamp, until: Timestamp) -> Result<Statement, Unavailable>;
 }
 
 /// What the refund worker does with a delivery beyond the refund itself:

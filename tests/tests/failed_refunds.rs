@@ -177,9 +177,10 @@ async fn a_refund_resolved_by_hand_reconciles_cleanly_against_the_channel() {
             status: PaymentStatus::Succeeded,
             refund_id: (p.payment_id == pending.payment_id).then(|| "re_manual_1".to_owned()),
             refunded_amount: if p.payment_id == pending.payment_id { p.amount } else { 0 },
+            created_at: None,
         })
         .collect();
-    let statement = Statement { since: None, lines };
+    let statement = Statement { since: None, until: None, lines };
     let report = reconcile(&snapshot, Some(&statement), &Bounds::default(), clock.now());
     let found: Vec<String> = report.discrepancies.iter().map(|d| format!("{}: {}", d.kind, d.detail)).collect();
     assert!(found.is_empty(), "a refund dealt with by a person is reported every run: {found:?}");

@@ -65,7 +65,7 @@ impl World {
 
     async fn report(&self, at: Timestamp, ledger: Option<&[StatementLine]>) -> Report {
         let snapshot = self.store.scan_snapshot().await.unwrap();
-        let statement = ledger.map(|l| Statement { since: None, lines: l.to_vec() });
+        let statement = ledger.map(|l| Statement { since: None, until: None, lines: l.to_vec() });
         reconcile(&snapshot, statement.as_ref(), &Bounds::default(), at)
     }
 }
@@ -153,6 +153,7 @@ async fn a_stale_pending_refund_is_reported_and_no_longer_defers_the_funds_ident
         status: PaymentStatus::Succeeded,
         refund_id: None,
         refunded_amount: 0,
+        created_at: None,
     }];
     // The release is not this test's concern: look past it by checking
     // only the refund kinds.

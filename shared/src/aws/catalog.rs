@@ -83,6 +83,14 @@ fn stock_update(store: &DynamoStore, c: &StockChangeRecord) -> Update {
             }
         }
     }
+    // Every change (re)lists the SKU in the catalog partition of the
+    // reconcile index, so the day run's catalog piece finds it by a Query;
+    // a SKU no operator changed since the index existed is listed by its
+    // next change (docs/reconciliation.md, "Backfill").
+    set.extend(["recon_part = :catalog", "recon_at = :sku_key"]);
+    u = u
+        .expression_attribute_values(":catalog", s(keys::CATALOG_PART))
+        .expression_attribute_values(":sku_key", s(keys::sku(&c.sku)));
     if let Some(price) = &c.price {
         set.extend(["price = :price", "currency = :currency"]);
         u = u

@@ -18,6 +18,12 @@ use std::time::Duration;
 
 pub type Item = HashMap<String, Av>;
 
+/// The index entries every write that makes an order final sets (values
+/// from [`DynamoStore::effects_entry`]): effects pending (due index) and
+/// final on this day (reconcile index, never removed).
+pub(crate) const FINAL_ENTRIES: &str =
+    "due_shard = :fx_shard, due_at = :fx_due, recon_part = :recon_part, recon_at = :recon_at";
+
 /// Default number of write shards of the due index (deployment parameter
 /// `DueIndexShards`, env `DUE_SHARDS`).
 pub const DEFAULT_DUE_SHARDS: u32 = 16;
@@ -126,6 +132,15 @@ pub mod keys {
     /// entries are a state to count and alarm on, not work to re-drive.
     pub const FAILED_REFUNDS_SHARD: &str = "FAILED#REFUND";
     pub const EFFECTS_PREFIX: &str = "FX#";
+    /// The reconcile-index partition of a record that became final at
+    /// `at` (`<YYYY-MM-DD>#<n>`, the UTC day): a day's run reads the day's
+    /// `count` partitions and nothing older.
+    pub fn day_part(id: &OrderId, at: Timestamp, count: u32) -> String {
+        format!("{}#{}", Day::of(at), shard_of(id, count))
+    }
+    /// The reconcile-index partition listing the catalog's SKU rows, so the
+    /// catalog piece reads the SKUs without scanning the orders.
+    pub const CATALOG_PART: &str = "CATALOG#SKU";
 }
 
 pub fn s(v: impl Into<String>) -> Av {
@@ -319,13 +334,16 @@ impl DynamoStore {
         self.effects_grace = grace;
         self
     }
-    /// The values of `SET due_shard = :fx_shard, due_at = :fx_due`: the
-    /// order's entry in the effects part of the due index, written in the
-    /// same write that makes it final.
-    pub(crate) fn effects_entry(&self, order_id: &OrderId, now: Timestamp) -> [(&'static str, Av); 2] {
+    /// The values of [`FINAL_ENTRIES`]: the order's entry in the effects
+    /// part of the due index, and its entry in the reconcile index under
+    /// the day it became final, both written in the same write that makes
+    /// it final.
+    pub(crate) fn effects_entry(&self, order_id: &OrderId, now: Timestamp) -> [(&'static str, Av); 4] {
         [
             (":fx_shard", s(keys::effects_shard(order_id, self.shards.count))),
             (":fx_due", s(now.plus(self.effects_grace).to_string())),
+            (":recon_part", s(keys::day_part(order_id, now, self.shards.count))),
+            (":recon_at", s(now.to_string())),
         ]
     }
     /// The same store writing and sweeping with another shard layout.
@@ -727,10 +745,10 @@ impl OrderStore for DynamoStore {
         let (from_cond, from_values) = status_in("#status", from.iter().map(|s| s.as_str()));
         let mut req = self
             .order_update(order)
-            .update_expression(
+            .update_expression(format!(
                 "SET #status = :to, version = version + :one, closed_at = :now, \
-                 history = list_append(history, :h), due_shard = :fx_shard, due_at = :fx_due",
-            )
+                 history = list_append(history, :h), {FINAL_ENTRIES}",
+            ))
             .condition_expression(format!(
                 "{from_cond} AND version = :v AND payment_attempts = :zero AND expire_at <= :now"
             ))
@@ -867,10 +885,10 @@ impl OrderStore for DynamoStore {
         let (from_cond, from_values) = status_in("#status", from.iter().map(|s| s.as_str()));
         let mut req = self
             .order_update(order)
-            .update_expression(
+            .update_expression(format!(
                 "SET #status = :to, version = version + :one, closed_at = :now, \
-                 history = list_append(history, :h), due_shard = :fx_shard, due_at = :fx_due",
-            )
+                 history = list_append(history, :h), {FINAL_ENTRIES}",
+            ))
             .condition_expression(format!("{from_cond} AND version = :v AND closing.#owner = :owner"))
             .expression_attribute_names("#owner", "owner")
             .expression_attribute_values(":to", s(to.as_str()))

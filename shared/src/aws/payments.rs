@@ -2,7 +2,7 @@
 //! success/refund decision written atomically with its notification dedupe
 //! and channel-transaction uniqueness, and refunds.
 
-use super::dynamo::{key, keys, n, s, status_in, DynamoStore, Item};
+use super::dynamo::{key, keys, n, s, status_in, DynamoStore, Item, FINAL_ENTRIES};
 use crate::domain::order::{self, on_payment_success, OrderEvent, PaymentSuccessOutcome};
 use crate::domain::payment;
 use crate::domain::*;
@@ -265,10 +265,10 @@ impl PaymentStore for DynamoStore {
                 let mut u = Update::builder()
                     .table_name(self.table())
                     .set_key(Some(order_key))
-                    .update_expression(
+                    .update_expression(format!(
                         "SET #status = :paid, paid_by = :p, paid_at = :now, version = version + :one, \
-                         history = list_append(history, :h), due_shard = :fx_shard, due_at = :fx_due",
-                    )
+                         history = list_append(history, :h), {FINAL_ENTRIES}",
+                    ))
                     .condition_expression(format!("{from_cond} AND version = :v"))
                     .expression_attribute_names("#status", "status")
                     .expression_attribute_values(":paid", s(to.as_str()))
@@ -462,6 +462,16 @@ impl PaymentStore for DynamoStore {
         // give-up moves it to the failed refunds' partition instead, where
         // it stays (and its alarm with it) until it is REFUNDED or a person
         // resolves it.
+        // A refund that ends (REFUNDED or REFUND_FAILED) is listed under the
+        // day it ended in the reconcile index, in the same write; a later
+        // REFUNDED after a give-up lists it again under its own day.
+        if to != RefundStatus::RefundPending && to != refund.status {
+            set.extend(["recon_part = :recon_part", "recon_at = :now"]);
+            u = u.expression_attribute_values(
+                ":recon_part",
+                s(keys::day_part(&refund.order_id, now, self.shards().count)),
+            );
+        }
         let remove = match to {
             RefundStatus::RefundPending => "",
             RefundStatus::RefundFailed => {

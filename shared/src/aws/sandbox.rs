@@ -56,6 +56,10 @@ pub struct LedgerEntry {
     pub refunded_amount: i64,
     #[serde(default)]
     pub faults: Faults,
+    /// When the payment was opened here (absent on rows written before it
+    /// was recorded, and on the close markers of payments never opened).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<Timestamp>,
 }
 
 #[derive(Clone)]
@@ -172,6 +176,7 @@ impl SandboxChannel {
             refund_id: None,
             refunded_amount: 0,
             faults: Faults::default(),
+            created_at: None,
         };
         let mut item: HashMap<String, Av> = serde_dynamo::to_item(&marker).expect("serialisable");
         item.insert("closed_by_merchant".into(), Av::Bool(true));
@@ -202,6 +207,7 @@ impl From<LedgerEntry> for StatementLine {
             status: e.status,
             refund_id: e.refund_id,
             refunded_amount: e.refunded_amount,
+            created_at: e.created_at,
         }
     }
 }
@@ -210,7 +216,26 @@ impl From<LedgerEntry> for StatementLine {
 #[async_trait]
 impl ChannelStatement for SandboxChannel {
     async fn statement(&self, _now: Timestamp) -> Result<Statement, Unavailable> {
-        Ok(Statement { since: None, lines: self.entries().await?.into_iter().map(StatementLine::from).collect() })
+        Ok(Statement {
+            since: None,
+            until: None,
+            lines: self.entries().await?.into_iter().map(StatementLine::from).collect(),
+        })
+    }
+
+    /// The sandbox is a stand-in for a provider's API, and its ledger holds
+    /// only what tests and demos made: it filters one read of the ledger
+    /// by `created_at`. A real channel filters at the source (Stripe's
+    /// `created` range).
+    async fn statement_between(&self, since: Timestamp, until: Timestamp) -> Result<Statement, Unavailable> {
+        let lines = self
+            .entries()
+            .await?
+            .into_iter()
+            .filter(|e| e.created_at.is_some_and(|at| since <= at && at < until))
+            .map(StatementLine::from)
+            .collect();
+        Ok(Statement { since: Some(since), until: Some(until), lines })
     }
 }
 
@@ -249,6 +274,7 @@ impl PaymentChannel for SandboxChannel {
             refund_id: None,
             refunded_amount: 0,
             faults: Faults::default(),
+            created_at: Some(attempt.created_at),
         };
         let res = self
             .client

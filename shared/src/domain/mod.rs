@@ -29,7 +29,7 @@ pub use payment::{PaymentStatus, RefundStatus};
 pub use records::{Coupon, CouponLock, Evidence, OrderRecord, PaymentAttempt, Reservation, Stock};
 pub use refund::Refund;
 pub use reservation::{ReservationEvent, ReservationStatus};
-pub use time::Timestamp;
+pub use time::{Day, Timestamp};
 
 /// The result of applying an event to a state: either the state moves, or
 /// the thing already happened and applying it again changes nothing. Keeping

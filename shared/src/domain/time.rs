@@ -67,6 +67,63 @@ impl Timestamp {
     }
 }
 
+/// A UTC calendar day: the unit of a day's reconciliation, spelled
+/// `YYYY-MM-DD` (the prefix of every timestamp of that day, so a day and a
+/// timestamp compare as strings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Day(i64);
+
+const MS_PER_DAY: i64 = 86_400_000;
+
+impl Day {
+    /// The day `at` falls on.
+    pub fn of(at: Timestamp) -> Self {
+        Self(at.unix_millis().div_euclid(MS_PER_DAY))
+    }
+    /// Parses `YYYY-MM-DD`.
+    pub fn parse(s: &str) -> Result<Self, InvalidTimestamp> {
+        if s.len() != 10 {
+            return Err(InvalidTimestamp(format!("{s} (a day is YYYY-MM-DD)")));
+        }
+        Timestamp::parse(&format!("{s}T00:00:00Z")).map(Self::of)
+    }
+    /// Its first millisecond.
+    pub fn start(&self) -> Timestamp {
+        Timestamp::from_unix_millis(self.0 * MS_PER_DAY)
+    }
+    /// The first millisecond of the next day (the window is `[start, end)`).
+    pub fn end(&self) -> Timestamp {
+        Timestamp::from_unix_millis((self.0 + 1) * MS_PER_DAY)
+    }
+    pub fn previous(&self) -> Self {
+        Self(self.0 - 1)
+    }
+    /// Whether `at` falls on this day.
+    pub fn holds(&self, at: Timestamp) -> bool {
+        Self::of(at) == *self
+    }
+}
+
+impl fmt::Display for Day {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.start().to_string()[..10])
+    }
+}
+
+impl TryFrom<String> for Day {
+    type Error = InvalidTimestamp;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::parse(&s)
+    }
+}
+
+impl From<Day> for String {
+    fn from(d: Day) -> Self {
+        d.to_string()
+    }
+}
+
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0.format(FIXED).expect("formattable"))
@@ -116,5 +173,16 @@ mod tests {
     fn scheduler_time_rounds_up_to_the_next_second() {
         assert_eq!(Timestamp::parse("2026-01-01T00:00:00.001Z").unwrap().scheduler_at(), "2026-01-01T00:00:01");
         assert_eq!(Timestamp::parse("2026-01-01T00:00:00.000Z").unwrap().scheduler_at(), "2026-01-01T00:00:00");
+    }
+
+    #[test]
+    fn a_day_is_its_utc_date_and_holds_its_own_milliseconds_only() {
+        let d = Day::parse("2026-12-02").unwrap();
+        assert_eq!(d.to_string(), "2026-12-02");
+        assert_eq!(d.start().to_string(), "2026-12-02T00:00:00.000Z");
+        assert_eq!(d.end().to_string(), "2026-12-03T00:00:00.000Z");
+        assert!(d.holds(d.end().minus(Duration::from_millis(1))) && !d.holds(d.end()));
+        assert_eq!(d.previous().to_string(), "2026-12-01");
+        assert!(Day::parse("2026-12-2").is_err() && Day::parse("2026-13-01").is_err());
     }
 }

@@ -135,7 +135,13 @@ impl StripeChannel {
 
     /// Every object of a list endpoint created at or after `since` (unix
     /// seconds), following `starting_after` cursors.
-    async fn list_since<T>(&self, what: &'static str, path: &str, since: i64) -> Result<Vec<T>, Unavailable>
+    async fn list_since<T>(
+        &self,
+        what: &'static str,
+        path: &str,
+        since: i64,
+        until: Option<i64>,
+    ) -> Result<Vec<T>, Unavailable>
     where
         T: serde::de::DeserializeOwned + Created,
     {
@@ -145,13 +151,16 @@ impl StripeChannel {
             let mut q = vec![("limit", PAGE.to_string())];
             if self.settings.list_filter_by_created {
                 q.push(("created[gte]", since.to_string()));
+                if let Some(until) = until {
+                    q.push(("created[lt]", until.to_string()));
+                }
             }
             if let Some(s) = starting_after.take() {
                 q.push(("starting_after", s));
             }
             let page: List<T> = self.client.get(what, path, &q).await.map_err(|e| unavailable(what, e))?;
             let next = page.data.last().map(|o| o.id().to_owned());
-            all.extend(page.data.into_iter().filter(|o| o.created() >= since));
+            all.extend(page.data.into_iter().filter(|o| o.created() >= since && until.is_none_or(|u| o.created() < u)));
             match next {
                 Some(id) if page.has_more => starting_after = Some(next_cursor(&q, &id)?),
                 _ => return Ok(all),
@@ -344,6 +353,7 @@ fn statement_lines(intents: Vec<PaymentIntent>, refunds: &[Refund]) -> Vec<State
                 status,
                 refund_id: refund.map(|(_, id)| (*id).to_owned()),
                 refunded_amount: refund.map(|(a, _)| *a).unwrap_or(0),
+                created_at: Some(Timestamp::from_unix_millis(pi.created.saturating_mul(1000))),
             })
         })
         .collect()
@@ -354,11 +364,24 @@ impl ChannelStatement for StripeChannel {
     async fn statement(&self, now: Timestamp) -> Result<Statement, Unavailable> {
         let since = now.minus(self.settings.statement_window);
         let secs = since.unix_seconds();
-        let intents = self.list_since("Stripe list PaymentIntents", "/v1/payment_intents", secs).await?;
-        let refunds: Vec<Refund> = self.list_since("Stripe list refunds", "/v1/refunds", secs).await?;
+        let intents = self.list_since("Stripe list PaymentIntents", "/v1/payment_intents", secs, None).await?;
+        let refunds: Vec<Refund> = self.list_since("Stripe list refunds", "/v1/refunds", secs, None).await?;
         // Stripe's `created` is whole seconds: the window starts at one.
         let since = Timestamp::from_unix_millis(secs * 1000);
-        Ok(Statement { since: Some(since), lines: statement_lines(intents, &refunds) })
+        Ok(Statement { since: Some(since), until: None, lines: statement_lines(intents, &refunds) })
+    }
+
+    /// The intents created in the window (`created[gte]`/`created[lt]`),
+    /// and every refund created since the window opened: a refund of one of
+    /// its payments may come days after it.
+    async fn statement_between(&self, since: Timestamp, until: Timestamp) -> Result<Statement, Unavailable> {
+        // Whole seconds: the window widens to the seconds that hold it.
+        let (from, to) = (since.unix_seconds(), (until.unix_millis() + 999).div_euclid(1000));
+        let intents =
+            self.list_since("Stripe list PaymentIntents", "/v1/payment_intents", from, Some(to)).await?;
+        let refunds: Vec<Refund> = self.list_since("Stripe list refunds", "/v1/refunds", from, None).await?;
+        let (since, until) = (Timestamp::from_unix_millis(from * 1000), Timestamp::from_unix_millis(to * 1000));
+        Ok(Statement { since: Some(since), until: Some(until), lines: statement_lines(intents, &refunds) })
     }
 }
 

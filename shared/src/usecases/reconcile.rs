@@ -5,10 +5,10 @@
 
 use crate::domain::*;
 use crate::ports::{Statement, StatementLine};
-use crate::store::{OrderRecord, TableSnapshot};
+use crate::store::{OrderRecord, PaymentAttempt, TableSnapshot};
 use crate::usecases::refunds::REFUND_REDRIVE_AFTER;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 /// Every kind of discrepancy the report can hold.
@@ -125,7 +125,7 @@ fn status_since(o: &Order) -> Timestamp {
 
 /// The checks that need only the records: resources a final order should
 /// no longer hold, orders left open, refunds left pending.
-fn local_checks(r: &OrderRecord, bounds: &Bounds, now: Timestamp, out: &mut Vec<Discrepancy>) {
+pub(crate) fn local_checks(r: &OrderRecord, bounds: &Bounds, now: Timestamp, out: &mut Vec<Discrepancy>) {
     let o = &r.order;
     let mut push = |kind, detail: String| {
         out.push(Discrepancy { kind, order_id: o.order_id.to_string(), payment_id: None, key: None, detail })
@@ -171,14 +171,14 @@ fn local_checks(r: &OrderRecord, bounds: &Bounds, now: Timestamp, out: &mut Vec<
     }
 }
 
-fn refund_is_stale(f: &crate::store::Refund, now: Timestamp) -> bool {
+pub(crate) fn refund_is_stale(f: &crate::store::Refund, now: Timestamp) -> bool {
     f.status == RefundStatus::RefundPending && f.created_at.plus(REFUND_REDRIVE_AFTER) <= now
 }
 
 /// Each SKU's counts against its operators' audited changes: the records
 /// numbered without a gap, adding up to `supplied`, and `available +
 /// reserved + sold` equal to it (orders never create or destroy a unit).
-fn supply_checks(snapshot: &TableSnapshot, out: &mut Vec<Discrepancy>) {
+pub(crate) fn supply_checks(snapshot: &TableSnapshot, out: &mut Vec<Discrepancy>) {
     let mut changes: BTreeMap<&str, Vec<crate::domain::StockChangeRecord>> = BTreeMap::new();
     for c in &snapshot.stock_changes {
         changes.entry(c.sku.as_str()).or_default().push(c.clone());
@@ -235,6 +235,222 @@ fn stock_checks(snapshot: &TableSnapshot, out: &mut Vec<Discrepancy>) {
     }
 }
 
+/// The channel's lines by payment, and the creation window they cover.
+pub(crate) struct Ledger<'a> {
+    by_payment: HashMap<&'a str, &'a StatementLine>,
+    since: Option<Timestamp>,
+    until: Option<Timestamp>,
+}
+
+impl<'a> Ledger<'a> {
+    pub(crate) fn of(statement: &'a Statement) -> Self {
+        Self {
+            by_payment: statement.lines.iter().map(|e| (e.payment_id.as_str(), e)).collect(),
+            since: statement.since,
+            until: statement.until,
+        }
+    }
+    /// Whether a payment made at `at` falls outside the statement's window.
+    fn misses(&self, at: Timestamp) -> bool {
+        self.since.is_some_and(|s| at < s) || self.until.is_some_and(|u| at >= u)
+    }
+}
+
+/// What the channel comparison of one order counted.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct OrderTally {
+    pub payments_checked: usize,
+    /// A fresh REFUND_PENDING deferred the funds identity.
+    pub refund_pending: bool,
+    /// A payment attempt outside the statement's window: not compared.
+    pub outside_statement: bool,
+}
+
+fn discrepancy(kind: &'static str, order: &OrderId, payment: Option<&PaymentId>, detail: String) -> Discrepancy {
+    Discrepancy { kind, order_id: order.to_string(), payment_id: payment.map(|p| p.to_string()), key: None, detail }
+}
+
+/// The checks of one order's records against the channel's lines of its
+/// payments: amounts, successes the order does not reflect, refunds, and
+/// the funds identity (seed 003 §06).
+pub(crate) fn channel_checks(
+    r: &OrderRecord,
+    ledger: &Ledger,
+    now: Timestamp,
+    out: &mut Vec<Discrepancy>,
+) -> OrderTally {
+    let o = &r.order;
+    let mut tally = OrderTally::default();
+    if r.payments.iter().any(|p| ledger.misses(p.created_at)) {
+        tally.outside_statement = true;
+        return tally;
+    }
+    let (mut paid, mut refunded) = (0i64, 0i64);
+    for p in &r.payments {
+        tally.payments_checked += 1;
+        let entry = ledger.by_payment.get(p.payment_id.as_str()).copied();
+        if let Some(e) = entry {
+            if e.amount != p.amount || e.currency != p.currency {
+                out.push(discrepancy(
+                    "amount_mismatch",
+                    &o.order_id,
+                    Some(&p.payment_id),
+                    format!("channel {} {}, attempt {} {}", e.amount, e.currency, p.amount, p.currency),
+                ));
+            }
+            if e.status == PaymentStatus::Succeeded {
+                paid += e.amount;
+            }
+            refunded += e.refunded_amount;
+        }
+        success_checks(r, p, entry, out);
+        tally.refund_pending |= refund_checks(r, p, entry, now, out);
+    }
+    if o.status == OrderStatus::Paid {
+        let paid_by = o.paid_by.as_ref();
+        let ok = paid_by
+            .and_then(|p| ledger.by_payment.get(p.as_str()))
+            .is_some_and(|e| e.status == PaymentStatus::Succeeded);
+        if !ok {
+            out.push(discrepancy(
+                "order_paid_without_channel_success",
+                &o.order_id,
+                paid_by,
+                "order PAID but the channel has no success for its payment".into(),
+            ));
+        }
+    }
+    if !tally.refund_pending {
+        funds_identity(o, paid, refunded, out);
+    }
+    tally
+}
+
+/// A success at the channel the order does not reflect.
+fn success_checks(r: &OrderRecord, p: &PaymentAttempt, entry: Option<&StatementLine>, out: &mut Vec<Discrepancy>) {
+    let o = &r.order;
+    if !entry.is_some_and(|e| e.status == PaymentStatus::Succeeded) {
+        return;
+    }
+    let is_the_payment = o.paid_by.as_ref() == Some(&p.payment_id);
+    let refund = r.refunds.iter().find(|f| f.payment_id == p.payment_id);
+    match o.status {
+        OrderStatus::PendingPayment | OrderStatus::Closing => out.push(discrepancy(
+            "channel_success_order_unpaid",
+            &o.order_id,
+            Some(&p.payment_id),
+            format!("channel says paid, order is {}", o.status.as_str()),
+        )),
+        OrderStatus::Closed | OrderStatus::Paid if !is_the_payment && refund.is_none() => out.push(discrepancy(
+            "success_after_close_without_refund",
+            &o.order_id,
+            Some(&p.payment_id),
+            format!("money taken for a {} order without a refund", o.status.as_str()),
+        )),
+        _ => {}
+    }
+}
+
+/// The local refund of a payment against the channel's; `true` when a
+/// fresh pending refund defers the funds identity.
+fn refund_checks(
+    r: &OrderRecord,
+    p: &PaymentAttempt,
+    entry: Option<&StatementLine>,
+    now: Timestamp,
+    out: &mut Vec<Discrepancy>,
+) -> bool {
+    let o = &r.order;
+    let channel_refunded = entry.is_some_and(|e| e.refund_id.is_some());
+    let mismatch = |detail: String| discrepancy("refund_state_mismatch", &o.order_id, Some(&p.payment_id), detail);
+    let Some(f) = r.refunds.iter().find(|f| f.payment_id == p.payment_id) else {
+        if channel_refunded {
+            out.push(mismatch("refunded at the channel with no local refund".into()));
+        }
+        return false;
+    };
+    match (f.status, channel_refunded) {
+        (RefundStatus::Refunded, false) => out.push(mismatch("refund REFUNDED locally, not at the channel".into())),
+        // A person refunded it by hand and recorded that.
+        (RefundStatus::RefundFailed, true) if f.resolved_by.is_some() => {}
+        (RefundStatus::RefundPending | RefundStatus::RefundFailed, true) => {
+            out.push(mismatch(format!("refund {} locally, refunded at the channel", f.status.as_str())))
+        }
+        // Deferred only while the refund is fresh: a stale one may never
+        // drain, and the money must not go unchecked.
+        (RefundStatus::RefundPending, false) if !refund_is_stale(f, now) => return true,
+        _ => {}
+    }
+    false
+}
+
+/// The funds identity (seed 003 §06): closed ⇒ paid − refunded = 0;
+/// paid ⇒ paid − refunded = the order amount.
+fn funds_identity(o: &Order, paid: i64, refunded: i64, out: &mut Vec<Discrepancy>) {
+    let net = paid - refunded;
+    let expected = match o.status {
+        OrderStatus::Closed => 0,
+        OrderStatus::Paid => o.amount_total,
+        _ => return,
+    };
+    if net != expected {
+        out.push(discrepancy(
+            "funds_identity_violation",
+            &o.order_id,
+            None,
+            format!("{} order: paid {paid} − refunded {refunded} = {net}, expected {expected}", o.status.as_str()),
+        ));
+    }
+}
+
+/// A PAID order whose stock was handed back.
+pub(crate) fn released_on_paid(r: &OrderRecord, out: &mut Vec<Discrepancy>) {
+    let o = &r.order;
+    if o.status != OrderStatus::Paid {
+        return;
+    }
+    for res in r.reservations.iter().filter(|x| x.status == ReservationStatus::Released) {
+        out.push(discrepancy(
+            "reservation_released_on_paid_order",
+            &o.order_id,
+            None,
+            format!("reservation of {} RELEASED on a PAID order", res.sku),
+        ));
+    }
+}
+
+/// A rows that did not decode, as a discrepancy of its key.
+pub(crate) fn undecodable(row: &crate::store::UndecodableRow) -> Discrepancy {
+    Discrepancy {
+        kind: "undecodable_record",
+        order_id: row.pk.strip_prefix("ORDER#").unwrap_or_default().to_owned(),
+        payment_id: None,
+        key: Some(format!("{}/{}", row.pk, row.sk)),
+        detail: row.error.clone(),
+    }
+}
+
+/// A success at the channel for an order the table does not have.
+pub(crate) fn unknown_order(line: &StatementLine) -> Option<Discrepancy> {
+    (line.status == PaymentStatus::Succeeded).then(|| {
+        discrepancy(
+            "channel_success_order_unpaid",
+            &line.order_id,
+            Some(&line.payment_id),
+            "channel success for an unknown order".into(),
+        )
+    })
+}
+
+/// Every kind at zero, then the found ones counted.
+pub(crate) fn count_kinds(found: &[Discrepancy]) -> BTreeMap<&'static str, usize> {
+    let mut counts: BTreeMap<&'static str, usize> = KINDS.iter().map(|k| (*k, 0)).collect();
+    for d in found {
+        *counts.entry(d.kind).or_default() += 1;
+    }
+    counts
+}
+
 /// Compares the local records with each other and with the channel's
 /// statement, as of `now`. Without one (no channel configured) only the
 /// checks that need no channel data run. A statement that covers a window
@@ -243,190 +459,37 @@ fn stock_checks(snapshot: &TableSnapshot, out: &mut Vec<Discrepancy>) {
 /// counted as `orders_outside_statement`.
 pub fn reconcile(snapshot: &TableSnapshot, statement: Option<&Statement>, bounds: &Bounds, now: Timestamp) -> Report {
     let records = &snapshot.orders;
-    let channel_checked = statement.is_some();
-    let since = statement.and_then(|s| s.since);
-    let ledger: &[StatementLine] = statement.map(|s| s.lines.as_slice()).unwrap_or_default();
-    let by_payment: HashMap<&str, &StatementLine> = ledger.iter().map(|e| (e.payment_id.as_str(), e)).collect();
-    let mut out = Vec::new();
-    for row in &snapshot.undecodable {
-        out.push(Discrepancy {
-            kind: "undecodable_record",
-            order_id: row.pk.strip_prefix("ORDER#").unwrap_or_default().to_owned(),
-            payment_id: None,
-            key: Some(format!("{}/{}", row.pk, row.sk)),
-            detail: row.error.clone(),
-        });
-    }
+    let empty = Statement::default();
+    let ledger = Ledger::of(statement.unwrap_or(&empty));
+    let mut out: Vec<Discrepancy> = snapshot.undecodable.iter().map(undecodable).collect();
     for r in records {
         local_checks(r, bounds, now, &mut out);
     }
     stock_checks(snapshot, &mut out);
     supply_checks(snapshot, &mut out);
-    let mut push = |kind, order: &OrderId, payment: Option<&PaymentId>, detail: String| {
-        out.push(Discrepancy {
-            kind,
-            order_id: order.to_string(),
-            payment_id: payment.map(|p| p.to_string()),
-            key: None,
-            detail,
-        })
-    };
-    let mut payments_checked = 0;
-    let mut refunds_pending = 0;
-    let known_orders: HashMap<&str, &OrderRecord> = records.iter().map(|r| (r.order.order_id.as_str(), r)).collect();
-
-    let mut outside_statement = 0;
+    let (mut payments_checked, mut refunds_pending, mut outside_statement) = (0, 0, 0);
     for r in records {
-        let o = &r.order;
-        if o.status == OrderStatus::Paid {
-            for res in r.reservations.iter().filter(|x| x.status == ReservationStatus::Released) {
-                push(
-                    "reservation_released_on_paid_order",
-                    &o.order_id,
-                    None,
-                    format!("reservation of {} RELEASED on a PAID order", res.sku),
-                );
-            }
-        }
-        if since.is_some_and(|s| r.payments.iter().any(|p| p.created_at < s)) {
-            outside_statement += 1;
-            continue;
-        }
-        let (mut paid, mut refunded) = (0i64, 0i64);
-        let mut pending_refund = false;
-        for p in &r.payments {
-            payments_checked += 1;
-            let entry = by_payment.get(p.payment_id.as_str()).copied();
-            let refund = r.refunds.iter().find(|f| f.payment_id == p.payment_id);
-            let channel_success = entry.is_some_and(|e| e.status == PaymentStatus::Succeeded);
-            if let Some(e) = entry {
-                if e.amount != p.amount || e.currency != p.currency {
-                    push(
-                        "amount_mismatch",
-                        &o.order_id,
-                        Some(&p.payment_id),
-                        format!("channel {} {}, attempt {} {}", e.amount, e.currency, p.amount, p.currency),
-                    );
-                }
-                if channel_success {
-                    paid += e.amount;
-                }
-                refunded += e.refunded_amount;
-            }
-            if channel_success {
-                let is_the_payment = o.paid_by.as_ref() == Some(&p.payment_id);
-                match o.status {
-                    OrderStatus::PendingPayment | OrderStatus::Closing => push(
-                        "channel_success_order_unpaid",
-                        &o.order_id,
-                        Some(&p.payment_id),
-                        format!("channel says paid, order is {}", o.status.as_str()),
-                    ),
-                    OrderStatus::Closed | OrderStatus::Paid if !is_the_payment && refund.is_none() => push(
-                        "success_after_close_without_refund",
-                        &o.order_id,
-                        Some(&p.payment_id),
-                        format!("money taken for a {} order without a refund", o.status.as_str()),
-                    ),
-                    _ => {}
-                }
-            }
-            if let Some(f) = refund {
-                let channel_refunded = entry.is_some_and(|e| e.refund_id.is_some());
-                match (f.status, channel_refunded) {
-                    (RefundStatus::Refunded, false) => push(
-                        "refund_state_mismatch",
-                        &o.order_id,
-                        Some(&p.payment_id),
-                        "refund REFUNDED locally, not at the channel".into(),
-                    ),
-                    // A person refunded it by hand and recorded that.
-                    (RefundStatus::RefundFailed, true) if f.resolved_by.is_some() => {}
-                    (RefundStatus::RefundPending | RefundStatus::RefundFailed, true) => push(
-                        "refund_state_mismatch",
-                        &o.order_id,
-                        Some(&p.payment_id),
-                        format!("refund {} locally, refunded at the channel", f.status.as_str()),
-                    ),
-                    // Deferred only while the refund is fresh: a stale one
-                    // may never drain, and the money must not go unchecked.
-                    (RefundStatus::RefundPending, false) if !refund_is_stale(f, now) => pending_refund = true,
-                    _ => {}
-                }
-            } else if entry.is_some_and(|e| e.refund_id.is_some()) {
-                push(
-                    "refund_state_mismatch",
-                    &o.order_id,
-                    Some(&p.payment_id),
-                    "refunded at the channel with no local refund".into(),
-                );
-            }
-        }
-        if o.status == OrderStatus::Paid {
-            let paid_by = o.paid_by.as_ref();
-            let ok =
-                paid_by.and_then(|p| by_payment.get(p.as_str())).is_some_and(|e| e.status == PaymentStatus::Succeeded);
-            if !ok {
-                push(
-                    "order_paid_without_channel_success",
-                    &o.order_id,
-                    paid_by,
-                    "order PAID but the channel has no success for its payment".into(),
-                );
-            }
-        }
-        if pending_refund {
-            refunds_pending += 1;
-            continue;
-        }
-        // The funds identity (seed 003 §06): closed ⇒ paid − refunded = 0;
-        // paid ⇒ paid − refunded = the order amount.
-        let net = paid - refunded;
-        let expected = match o.status {
-            OrderStatus::Closed => Some(0),
-            OrderStatus::Paid => Some(o.amount_total),
-            _ => None,
-        };
-        if let Some(expected) = expected {
-            if net != expected {
-                push(
-                    "funds_identity_violation",
-                    &o.order_id,
-                    None,
-                    format!(
-                        "{} order: paid {paid} − refunded {refunded} = {net}, expected {expected}",
-                        o.status.as_str()
-                    ),
-                );
-            }
-        }
+        released_on_paid(r, &mut out);
+        let tally = channel_checks(r, &ledger, now, &mut out);
+        payments_checked += tally.payments_checked;
+        refunds_pending += usize::from(tally.refund_pending);
+        outside_statement += usize::from(tally.outside_statement);
     }
     // Money at the channel for an order we do not know at all.
-    for e in ledger {
-        if e.status == PaymentStatus::Succeeded && !known_orders.contains_key(e.order_id.as_str()) {
-            push(
-                "channel_success_order_unpaid",
-                &e.order_id,
-                Some(&e.payment_id),
-                "channel success for an unknown order".into(),
-            );
-        }
-    }
-    if !channel_checked {
+    let known: HashSet<&str> = records.iter().map(|r| r.order.order_id.as_str()).collect();
+    let lines = statement.map(|s| s.lines.as_slice()).unwrap_or_default();
+    out.extend(lines.iter().filter(|e| !known.contains(e.order_id.as_str())).filter_map(unknown_order));
+    if statement.is_none() {
         out.retain(|d| LOCAL_KINDS.contains(&d.kind));
-    }
-    let mut counts: BTreeMap<&'static str, usize> = KINDS.iter().map(|k| (*k, 0)).collect();
-    for d in &out {
-        *counts.entry(d.kind).or_default() += 1;
     }
     Report {
         orders_checked: records.len(),
         payments_checked,
         refunds_pending,
-        channel_checked,
+        channel_checked: statement.is_some(),
         orders_outside_statement: outside_statement,
         stocks_checked: snapshot.stocks.len(),
-        counts,
+        counts: count_kinds(&out),
         discrepancies: out,
     }
 }
@@ -507,6 +570,7 @@ mod tests {
             status,
             refund_id: refunded.then(|| format!("r-{pay}")),
             refunded_amount: if refunded { 500 } else { 0 },
+            created_at: None,
         }
     }
 
@@ -561,7 +625,7 @@ mod tests {
 
     /// Reconciles at the epoch: every record is fresh, nothing is overdue.
     fn run(orders: Vec<OrderRecord>, ledger: Option<&[StatementLine]>) -> Report {
-        let statement = ledger.map(|l| Statement { since: None, lines: l.to_vec() });
+        let statement = ledger.map(|l| Statement { since: None, until: None, lines: l.to_vec() });
         reconcile(
             &TableSnapshot { orders, ..Default::default() },
             statement.as_ref(),
