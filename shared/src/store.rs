@@ -475,3 +475,89 @@ pub trait StockLedger: Send + Sync {
     /// [`crate::domain::catalog::with_supply`]).
     async fn stock_changes(&self, sku: &Sku) -> Result<Vec<StockChangeRecord>, Unavailable>;
 }
+
+/// What a read cost: the items DynamoDB returned and the read capacity it
+/// says it consumed. A day's run adds these up, so that its cost can be
+/// shown to follow the day's traffic and not the table's history.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ReadCost {
+    pub items: u64,
+    pub capacity_units: f64,
+}
+
+impl ReadCost {
+    pub fn add(&mut self, other: ReadCost) {
+        self.items += other.items;
+        self.capacity_units += other.capacity_units;
+    }
+}
+
+/// One page of a sparse index partition: the table keys (`pk`, `sk`) of
+/// its entries, and where the next page starts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IndexPage {
+    pub keys: Vec<(String, String)>,
+    pub next: Option<DueCursor>,
+    pub cost: ReadCost,
+}
+
+/// Order records read by key, with the rows that did not decode.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RecordsRead {
+    pub records: Vec<OrderRecord>,
+    pub undecodable: Vec<UndecodableRow>,
+    pub cost: ReadCost,
+}
+
+/// A SKU as the catalog piece reads it: its row (if any) and its audit
+/// records.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CatalogEntry {
+    pub stock: Option<Stock>,
+    pub changes: Vec<StockChangeRecord>,
+    pub cost: ReadCost,
+}
+
+/// What a day's reconciliation reads: index partitions, then records by
+/// key. Nothing here scans.
+#[async_trait]
+pub trait DayIndex: Send + Sync {
+    /// A page of reconcile-index partition `part` (a day's shard
+    /// `<YYYY-MM-DD>#<n>`, or the catalog's).
+    async fn reconcile_page(&self, part: &str, limit: u32, start: Option<DueCursor>)
+        -> Result<IndexPage, Unavailable>;
+    /// A page of due-index partition `shard` (`OPEN#<n>`, `FX#<n>`), every
+    /// entry whatever its due time: the records in flight.
+    async fn in_flight_page(&self, shard: &str, limit: u32, start: Option<DueCursor>)
+        -> Result<IndexPage, Unavailable>;
+    /// The records of `orders`, each read by a query of its own partition.
+    async fn order_records(&self, orders: &[OrderId]) -> Result<RecordsRead, Unavailable>;
+    /// A SKU's row and audit records.
+    async fn catalog_entry(&self, sku: &Sku) -> Result<CatalogEntry, Unavailable>;
+}
+
+/// Where a day's runs, their pieces' partial reports and the merged
+/// reports are kept. Every write is a conditional put of a new item, so a
+/// piece that runs twice (a redelivery) stores its report once.
+#[async_trait]
+pub trait DayRuns: Send + Sync {
+    /// Records a run and the pieces it expects; `Rejected` if that run
+    /// id exists.
+    async fn start_run(&self, run: &crate::usecases::reconcile_day::DayRun) -> Result<Cas, Unavailable>;
+    /// A run of `day` by id, or the latest one (`None` id).
+    async fn day_run(
+        &self,
+        day: Day,
+        run_id: Option<&str>,
+    ) -> Result<Option<crate::usecases::reconcile_day::DayRun>, Unavailable>;
+    /// Stores a piece's report; `Rejected`: it was stored before.
+    async fn save_part(&self, part: &crate::usecases::reconcile_day::PartialReport) -> Result<Cas, Unavailable>;
+    /// The pieces' reports stored for a run.
+    async fn parts(
+        &self,
+        day: Day,
+        run_id: &str,
+    ) -> Result<Vec<crate::usecases::reconcile_day::PartialReport>, Unavailable>;
+    /// Stores the merged report of a complete run; `Rejected`: stored before.
+    async fn save_report(&self, report: &crate::usecases::reconcile_day::DayReport) -> Result<Cas, Unavailable>;
+}

@@ -19,6 +19,8 @@ mod drive_effects;
 mod order_api;
 mod payment_webhook;
 mod reconcile;
+mod reconcile_day;
+mod reconcile_piece;
 mod refund_worker;
 mod relay;
 mod release_order;
@@ -36,6 +38,8 @@ enum Function {
     OrderApi,
     PaymentWebhook,
     Reconcile,
+    ReconcileDay,
+    ReconcilePiece,
     RefundWorker,
     Relay,
     ReleaseOrder,
@@ -46,13 +50,15 @@ enum Function {
 }
 
 /// Every handler name the template may use, with the function it selects.
-const HANDLERS: [(&str, Function); 13] = [
+const HANDLERS: [(&str, Function); 15] = [
     ("close-order", Function::CloseOrder),
     ("create-order", Function::CreateOrder),
     ("drive-effects", Function::DriveEffects),
     ("order-api", Function::OrderApi),
     ("payment-webhook", Function::PaymentWebhook),
     ("reconcile", Function::Reconcile),
+    ("reconcile-day", Function::ReconcileDay),
+    ("reconcile-piece", Function::ReconcilePiece),
     ("refund-worker", Function::RefundWorker),
     ("relay", Function::Relay),
     ("release-order", Function::ReleaseOrder),
@@ -107,6 +113,8 @@ async fn main() -> Result<(), Error> {
         Function::OrderApi => order_api::run(&config).await,
         Function::PaymentWebhook => payment_webhook::run(&config).await,
         Function::Reconcile => reconcile::run(&config).await,
+        Function::ReconcileDay => reconcile_day::run(&config).await,
+        Function::ReconcilePiece => reconcile_piece::run(&config).await,
         Function::RefundWorker => refund_worker::run(&config).await,
         Function::Relay => relay::run(&config).await,
         Function::ReleaseOrder => release_order::run(&config).await,

@@ -108,15 +108,9 @@ pub mod keys {
     pub fn payment_idempotency_sk(o: &OrderId) -> String {
         format!("PAY#{o}")
     }
-    /// FNV-1a of the order id: the same order always lands on the same
-    /// shard, and a burst of orders with one `expire_at` spreads evenly.
+    /// See [`OrderId::shard`].
     pub fn shard_of(id: &OrderId, count: u32) -> u32 {
-        let mut h: u32 = 0x811c9dc5;
-        for b in id.as_str().bytes() {
-            h ^= u32::from(b);
-            h = h.wrapping_mul(0x0100_0193);
-        }
-        h % count.max(1)
+        id.shard(count)
     }
     /// The due-index partition of an open order.
     pub fn due_shard(id: &OrderId, count: u32) -> String {
@@ -140,7 +134,7 @@ pub mod keys {
     }
     /// The reconcile-index partition listing the catalog's SKU rows, so the
     /// catalog piece reads the SKUs without scanning the orders.
-    pub const CATALOG_PART: &str = "CATALOG#SKU";
+    pub use crate::usecases::reconcile_day::CATALOG_PART;
 }
 
 pub fn s(v: impl Into<String>) -> Av {

@@ -8,6 +8,7 @@ pub mod event_bus;
 pub mod lost_answers;
 pub mod payments;
 pub mod queue;
+pub mod reconcile_index;
 pub mod redrive;
 pub mod sandbox;
 pub mod scheduler;

@@ -99,6 +99,34 @@ impl SqsPendingEffects {
     }
 }
 
+/// One piece of a day's reconciliation, as the coordinator hands it to
+/// ReconcilePieceQueue: the run and the piece, nothing else (the worker
+/// reads the run's record for the rest).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PieceMessage {
+    pub day: crate::domain::Day,
+    pub run_id: String,
+    pub piece: String,
+}
+
+/// ReconcilePieceQueue (`RECONCILE_PIECE_QUEUE_URL`).
+pub struct SqsReconcilePieces {
+    client: Client,
+    queue_url: String,
+}
+
+impl SqsReconcilePieces {
+    pub fn new(client: Client, queue_url: String) -> Self {
+        Self { client, queue_url }
+    }
+
+    /// One message per piece, ten to a `SendMessageBatch`.
+    pub async fn hand_out(&self, pieces: &[PieceMessage]) -> Result<(), Unavailable> {
+        let bodies = pieces.iter().map(|p| serde_json::to_string(p).expect("serialisable"));
+        send_in_batches(&self.client, &self.queue_url, bodies, "send reconcile pieces").await
+    }
+}
+
 /// RefundQueue as the effects consumer uses it: a refund re-driven by the
 /// backstop goes back to the refund worker (`REFUND_QUEUE_URL`).
 pub struct SqsRefundRequests {

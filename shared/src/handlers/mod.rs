@@ -8,6 +8,7 @@ pub mod close;
 pub mod effects;
 pub mod http;
 pub mod reconcile;
+pub mod reconcile_day;
 pub mod refunds;
 pub mod relay;
 pub mod requests;

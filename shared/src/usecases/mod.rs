@@ -10,6 +10,7 @@ pub mod payments;
 pub mod pending_effects;
 pub mod queries;
 pub mod reconcile;
+pub mod reconcile_day;
 pub mod refunds;
 pub mod release_order;
 pub mod schedule_wakeup;

@@ -7,7 +7,7 @@ use crate::domain::*;
 use crate::ports::{Statement, StatementLine};
 use crate::store::{OrderRecord, PaymentAttempt, TableSnapshot};
 use crate::usecases::refunds::REFUND_REDRIVE_AFTER;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
@@ -96,6 +96,30 @@ pub struct Discrepancy {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     pub detail: String,
+}
+
+/// A discrepancy as stored (a day run's partial report): its kind is read
+/// back as the constant it was written from, and a kind this code does not
+/// know is an error, not a new kind.
+#[derive(Deserialize)]
+struct StoredDiscrepancy {
+    kind: String,
+    order_id: String,
+    payment_id: Option<String>,
+    key: Option<String>,
+    detail: String,
+}
+
+// By hand: a derive would tie the `&'static str` kind to the input's
+// lifetime.
+impl<'de> Deserialize<'de> for Discrepancy {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        let d = StoredDiscrepancy::deserialize(de)?;
+        let kind = KINDS.iter().find(|k| **k == d.kind).ok_or_else(|| {
+            serde::de::Error::custom(format!("unknown discrepancy kind {:?}", d.kind))
+        })?;
+        Ok(Self { kind, order_id: d.order_id, payment_id: d.payment_id, key: d.key, detail: d.detail })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -1,0 +1,113 @@
+//! The day run's two functions: `reconcile-day` (the coordinator: records a
+//! run of one day and hands its pieces to ReconcilePieceQueue) and
+//! `reconcile-piece` (the worker: one piece per message, its report stored,
+//! the day's report merged once the last piece is in).
+
+use super::batch::each_sqs_message;
+use crate::aws::queue::{PieceMessage, SqsReconcilePieces};
+use crate::domain::{Day, Timestamp};
+use crate::metrics;
+use crate::ports::{ChannelStatement, Unavailable};
+use crate::store::{Cas, DayIndex, DayRuns};
+use crate::usecases::reconcile_day::{run_piece, store_part, DayPorts, DayReport, DayRun, PartStored, Piece};
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use serde::Deserialize;
+use tracing::{info, warn};
+
+/// What starts a run: nothing (the daily schedule: yesterday) or a day an
+/// operator names.
+#[derive(Debug, Default, Deserialize)]
+pub struct DayRequest {
+    #[serde(default)]
+    pub day: Option<Day>,
+}
+
+impl DayRequest {
+    /// The day asked for, or the day before `now`'s.
+    pub fn day(&self, now: Timestamp) -> Day {
+        self.day.unwrap_or_else(|| Day::of(now).previous())
+    }
+}
+
+/// Records a run of `day` over `shards` shards and hands out its pieces.
+/// A hand-out that fails fails the invocation; the run's record stays,
+/// with every piece missing, until a new run is started.
+pub async fn start_day_run<R: DayRuns>(
+    runs: &R,
+    queue: &SqsReconcilePieces,
+    day: Day,
+    shards: u32,
+    now: Timestamp,
+) -> Result<DayRun, Unavailable> {
+    let run = DayRun::new(day, shards, now, rand::random());
+    if runs.start_run(&run).await? == Cas::Rejected {
+        return Err(Unavailable::new("start a day run", format!("run {} exists", run.run_id)));
+    }
+    let messages: Vec<PieceMessage> = run
+        .pieces
+        .iter()
+        .map(|piece| PieceMessage { day, run_id: run.run_id.clone(), piece: piece.clone() })
+        .collect();
+    queue.hand_out(&messages).await?;
+    info!(day = %day, run_id = %run.run_id, pieces = messages.len(), "day run started");
+    Ok(run)
+}
+
+/// One piece message: the run read back, the piece run, its report stored.
+pub async fn piece_message<I, C, R>(ports: &DayPorts<'_, I, C>, runs: &R, body: &str, now: Timestamp) -> Result<(), String>
+where
+    I: DayIndex,
+    C: ChannelStatement,
+    R: DayRuns,
+{
+    // Only the coordinator writes this queue: a body that does not decode
+    // is a format disagreement, kept in the DLQ (alarmed) to be redriven.
+    let msg: PieceMessage = serde_json::from_str(body).map_err(|e| format!("not a piece message: {e}"))?;
+    let piece = Piece::parse(&msg.piece).ok_or_else(|| format!("unknown piece {:?}", msg.piece))?;
+    let run = runs
+        .day_run(msg.day, Some(&msg.run_id))
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no run {} of {}", msg.run_id, msg.day))?;
+    let part = run_piece(ports, &run, piece, now).await.map_err(|e| crate::error::error_chain(&e))?;
+    match store_part(runs, &run, &part).await.map_err(|e| e.to_string())? {
+        PartStored::Complete(report) => emit(&report),
+        PartStored::Waiting { missing } => info!(missing, "piece stored; the run waits for others"),
+        PartStored::AlreadyStored => info!("piece reported before: a redelivery"),
+    }
+    Ok(())
+}
+
+/// The merged report's metrics, once per complete run: one point per kind
+/// (the same `Discrepancy.<kind>` alarms as the full scan), the backlog the
+/// shards saw, and `ReconcileCompleted`, whose absence for 26 hours raises
+/// ReconcileNotRunAlarm (a piece that never reports keeps its day's run
+/// incomplete, so that alarm covers it too).
+fn emit(report: &DayReport) {
+    for (kind, count) in &report.counts {
+        match metrics::discrepancy(kind) {
+            Some(metric) => metric.count(*count as u64),
+            None => warn!(kind, "a discrepancy kind without a metric"),
+        }
+    }
+    metrics::OPEN_ORDERS.count(report.backlog.open_orders);
+    metrics::OLDEST_OPEN_ORDER_SECONDS.duration(std::time::Duration::from_secs(report.backlog.oldest_open_seconds));
+    metrics::REFUNDS_PENDING.count(report.backlog.refunds_pending);
+    metrics::RECONCILE_COMPLETED.count(1);
+    if report.discrepancies.is_empty() {
+        info!(day = %report.day, orders = report.orders_checked, items_read = report.cost.items, "day reconciled: clean");
+    } else {
+        warn!(day = %report.day, counts = ?report.counts, "day reconciled: discrepancies found");
+    }
+}
+
+/// A batch of piece messages; each failed one is named for its own retry.
+pub async fn piece_batch<I, C, R>(ports: &DayPorts<'_, I, C>, runs: &R, event: SqsEvent, now: Timestamp) -> SqsBatchResponse
+where
+    I: DayIndex,
+    C: ChannelStatement,
+    R: DayRuns,
+{
+    each_sqs_message(event, |m| async move { piece_message(ports, runs, m.body.as_deref().unwrap_or(""), now).await })
+        .await
+}
