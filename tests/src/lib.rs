@@ -68,7 +68,8 @@ pub async fn stack_config() -> aws_config::SdkConfig {
     sdk_config(&stack_endpoint()).await
 }
 
-/// A fresh table with the production schema (keys, due index, stream) and
+/// A fresh table with the production schema (keys, due and reconcile
+/// indexes, stream) and
 /// a unique name, so that tests never see each other's data.
 pub async fn fresh_table(client: &aws_sdk_dynamodb::Client) -> DynamoStore {
     let name = format!("orders-test-{}", rand::random::<u64>());
@@ -84,6 +85,8 @@ pub async fn fresh_table(client: &aws_sdk_dynamodb::Client) -> DynamoStore {
         .attribute_definitions(s("sk"))
         .attribute_definitions(s("due_shard"))
         .attribute_definitions(s("due_at"))
+        .attribute_definitions(s("recon_part"))
+        .attribute_definitions(s("recon_at"))
         .key_schema(k("pk", KeyType::Hash))
         .key_schema(k("sk", KeyType::Range))
         .global_secondary_indexes(
@@ -91,6 +94,15 @@ pub async fn fresh_table(client: &aws_sdk_dynamodb::Client) -> DynamoStore {
                 .index_name("due-index")
                 .key_schema(k("due_shard", KeyType::Hash))
                 .key_schema(k("due_at", KeyType::Range))
+                .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
+                .build()
+                .unwrap(),
+        )
+        .global_secondary_indexes(
+            GlobalSecondaryIndex::builder()
+                .index_name("reconcile-index")
+                .key_schema(k("recon_part", KeyType::Hash))
+                .key_schema(k("recon_at", KeyType::Range))
                 .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
                 .build()
                 .unwrap(),
@@ -1277,5 +1289,27 @@ pub mod capacity {
             .interceptor(meter.clone())
             .build();
         aws_sdk_dynamodb::Client::from_conf(conf)
+    }
+}
+
+/// Writes `items` into the store's table, 25 to a `BatchWriteItem`,
+/// resending what DynamoDB hands back unprocessed.
+pub async fn batch_put(store: &DynamoStore, items: Vec<HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>) {
+    use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
+    for chunk in items.chunks(25) {
+        let mut pending: Vec<WriteRequest> = chunk
+            .iter()
+            .map(|i| WriteRequest::builder().put_request(PutRequest::builder().set_item(Some(i.clone())).build().unwrap()).build())
+            .collect();
+        while !pending.is_empty() {
+            let out = store
+                .client()
+                .batch_write_item()
+                .request_items(store.table(), pending)
+                .send()
+                .await
+                .expect("batch write on DynamoDB Local");
+            pending = out.unprocessed_items.and_then(|mut u| u.remove(store.table())).unwrap_or_default();
+        }
     }
 }

@@ -1,0 +1,404 @@
+//! Reconciliation by day and shard on DynamoDB Local, with the real
+//! DynamoDB adapters and the sandbox channel's ledger: every kind planted
+//! on a day is found by that day's run and no other; a piece that keeps
+//! failing is named missing; the merged report does not depend on the
+//! order of the pieces; and a day's run reads the same items whatever the
+//! table holds from other days.
+//!
+//! The queue between coordinator and worker is played by the test: each
+//! piece message goes through the worker's own handler
+//! (`handlers::reconcile_day::piece_message`), redelivered on failure up to
+//! the queue's `maxReceiveCount`, as SQS does.
+
+use order_core::aws::dynamo::{keys, n, s, DueShards, DynamoStore};
+use order_core::aws::queue::PieceMessage;
+use order_core::aws::sandbox::{Faults, LedgerEntry, SandboxChannel};
+use order_core::domain::*;
+use order_core::handlers::reconcile_day::piece_message;
+use order_core::ports::*;
+use order_core::store::*;
+use order_core::usecases::create_order::CreateOrder;
+use order_core::usecases::reconcile::{Bounds, KINDS};
+use order_core::usecases::reconcile_day::{day_report, DayPorts, DayReport, DayRun};
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+use system_tests::fakes::FixedClock;
+use system_tests::fixtures::eur;
+use system_tests::CreateAsNamed;
+use system_tests::{dynamodb_local, fresh_sandbox_ledger_table, fresh_table};
+
+/// The day under test, and the run's time: three hours after it ended, as
+/// the daily schedule runs (every bound has passed for the whole day).
+const DAY: &str = "2027-01-10";
+const SHARDS: u32 = 4;
+/// ReconcilePieceQueue's `maxReceiveCount` in template.yaml (checked there
+/// by tests/tests/template_reconcile_day.rs).
+const MAX_RECEIVES: u32 = 3;
+
+fn day() -> Day {
+    Day::parse(DAY).unwrap()
+}
+
+fn run_time() -> Timestamp {
+    day().end().plus(Duration::from_secs(3 * 3600))
+}
+
+struct World {
+    store: DynamoStore,
+    ledger: SandboxChannel,
+    ledger_table: String,
+}
+
+impl World {
+    async fn new() -> Self {
+        let client = dynamodb_local().await;
+        let store =
+            fresh_table(&client).await.with_shards(DueShards { count: SHARDS, sweep_count: SHARDS });
+        let ledger_table = fresh_sandbox_ledger_table(&client).await;
+        let ledger = SandboxChannel::new(client, ledger_table.clone());
+        for sku in ["A", "B"] {
+            system_tests::fixtures::seed_stock(&store, &Sku::parse(sku).unwrap(), 1000, &eur(100)).await.unwrap();
+        }
+        Self { store, ledger, ledger_table }
+    }
+
+    /// An order created at `at` with a one-minute window, optionally with
+    /// a coupon of its own.
+    async fn order(&self, at: Timestamp, coupon: bool) -> Order {
+        let create = CreateOrder {
+            store: self.store.clone(),
+            clock: Box::new(FixedClock::at(at.unix_millis())),
+            ids: Box::new(RandomIds),
+            window: Duration::from_secs(60),
+            expiry_rule_version: "t".into(),
+        };
+        let mut body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 2, "unit_price": 100}]});
+        if coupon {
+            let id = format!("C{}", rand::random::<u32>());
+            let c = system_tests::fixtures::available_coupon(&id, "u1", at.plus(Duration::from_secs(86_400)));
+            self.store.put_coupon(&c).await.unwrap();
+            body["coupon_id"] = json!(id);
+        }
+        let key = format!("k{}", rand::random::<u64>());
+        create.execute_as_named(Some(&key), body.to_string().as_bytes()).await.unwrap().order
+    }
+
+    async fn fresh(&self, o: &Order) -> Order {
+        self.store.order(&o.order_id).await.unwrap().unwrap()
+    }
+
+    async fn attempt(&self, order: &Order, at: Timestamp) -> PaymentAttempt {
+        let a = system_tests::fixtures::processing_attempt(order, at);
+        assert_eq!(self.store.record_attempt(order, &a).await.unwrap(), AttemptResult::Recorded);
+        a
+    }
+
+    /// The channel's row of a payment: `status`, opened when the attempt
+    /// was, `amount` as given, refunded or not.
+    async fn line(&self, a: &PaymentAttempt, status: PaymentStatus, amount: i64, refunded: bool) {
+        let entry = LedgerEntry {
+            payment_id: a.payment_id.clone(),
+            order_id: a.order_id.clone(),
+            merchant_id: "m".into(),
+            amount,
+            currency: a.currency.clone(),
+            status,
+            channel_txn_id: Some(format!("tx_{}", a.payment_id)),
+            refund_id: refunded.then(|| format!("re_{}", a.payment_id)),
+            refunded_amount: if refunded { amount } else { 0 },
+            faults: Faults::default(),
+            created_at: Some(a.created_at),
+        };
+        let item = serde_dynamo::to_item(&entry).unwrap();
+        self.store.client().put_item().table_name(&self.ledger_table).set_item(Some(item)).send().await.unwrap();
+    }
+
+    /// An order paid at `at` through attempt `a` (the settle that confirms
+    /// its stock never runs).
+    async fn paid(&self, at: Timestamp) -> (Order, PaymentAttempt) {
+        let o = self.order(at, false).await;
+        let a = self.attempt(&o, at).await;
+        let o = self.fresh(&o).await;
+        let ev = Evidence { at, source: "t".into(), status: PaymentStatus::Succeeded, detail: None };
+        assert_eq!(self.store.settle_success(&o, &a, &format!("tx_{}", a.payment_id), ev, None, "").await.unwrap(), SettleResult::Paid);
+        (self.fresh(&o).await, a)
+    }
+
+    /// An order with a payment attempt, closed by the closer at `at`.
+    async fn closed_after_check(&self, at: Timestamp) -> (Order, PaymentAttempt) {
+        let o = self.order(at.minus(Duration::from_secs(120)), false).await;
+        let a = self.attempt(&o, at.minus(Duration::from_secs(100))).await;
+        let o = self.fresh(&o).await;
+        let lease = ClosingLease { started_at: at, owner: "w".into(), lease_until: at, resumes: 0 };
+        assert_eq!(self.store.begin_closing(&o, &lease, at).await.unwrap(), Cas::Applied);
+        let closing = self.fresh(&o).await;
+        assert_eq!(self.store.close_after_check(&closing, at, "t").await.unwrap(), Cas::Applied);
+        (self.fresh(&o).await, a)
+    }
+
+    /// A success recorded after the close at `at`: a REFUND_PENDING refund.
+    async fn late_success(&self, closed: &Order, a: &PaymentAttempt, at: Timestamp) -> Refund {
+        let ev = Evidence { at, source: "t".into(), status: PaymentStatus::Succeeded, detail: None };
+        let r = self.store.settle_success(closed, a, &format!("tx_{}", a.payment_id), ev, None, "n").await.unwrap();
+        assert_eq!(r, SettleResult::RefundPending);
+        self.store.refund(&closed.order_id, &a.payment_id).await.unwrap().unwrap()
+    }
+
+    fn ports(&self) -> DayPorts<'_, DynamoStore, SandboxChannel> {
+        DayPorts { index: &self.store, channel: Some(&self.ledger), bounds: Bounds::default(), shards: SHARDS }
+    }
+}
+
+/// One of each kind, every one on `on` (orders created, made final, paid
+/// at the channel there). Returns the order ids planted.
+async fn plant_every_kind(w: &World, on: Day) -> BTreeSet<String> {
+    let at = |h: u64| on.start().plus(Duration::from_secs(h * 3600));
+    let mut ids = BTreeSet::new();
+    // reservation_held_on_closed_order + coupon_locked_on_closed_order.
+    let o = w.order(at(8), true).await;
+    assert_eq!(w.store.close_unpaid(&o, o.expire_at).await.unwrap(), Cas::Applied);
+    ids.insert(o.order_id.to_string());
+    // reservation_unconfirmed_on_paid_order, clean at the channel.
+    let (o, a) = w.paid(at(9)).await;
+    w.line(&a, PaymentStatus::Succeeded, a.amount, false).await;
+    ids.insert(o.order_id.to_string());
+    // order_paid_without_channel_success.
+    let (o, a) = w.paid(at(10)).await;
+    w.line(&a, PaymentStatus::Processing, a.amount, false).await;
+    ids.insert(o.order_id.to_string());
+    // amount_mismatch.
+    let (o, a) = w.paid(at(11)).await;
+    w.line(&a, PaymentStatus::Succeeded, a.amount - 1, false).await;
+    ids.insert(o.order_id.to_string());
+    // reservation_released_on_paid_order.
+    let (o, a) = w.paid(at(12)).await;
+    w.line(&a, PaymentStatus::Succeeded, a.amount, false).await;
+    let record = w.store.order_record(&o.order_id).await.unwrap().unwrap();
+    let released = w.store.release_reservation(&o.order_id, &record.reservations[0], at(12)).await.unwrap();
+    assert!(released.is_ok(), "{released:?}");
+    ids.insert(o.order_id.to_string());
+    // success_after_close_without_refund + funds_identity_violation.
+    let (o, a) = w.closed_after_check(at(13)).await;
+    w.line(&a, PaymentStatus::Succeeded, a.amount, false).await;
+    ids.insert(o.order_id.to_string());
+    // refund_state_mismatch: REFUNDED here, not at the channel.
+    let (o, a) = w.closed_after_check(at(14)).await;
+    let refund = w.late_success(&o, &a, at(14)).await;
+    let done = w.store.update_refund(&refund, RefundStatus::Refunded, Some("re_x"), None, at(14)).await.unwrap();
+    assert_eq!(done, Cas::Applied);
+    w.line(&a, PaymentStatus::Succeeded, a.amount, false).await;
+    ids.insert(o.order_id.to_string());
+    // refund_pending_stale: pending since 15:00, stale from 15:15.
+    let (o, a) = w.closed_after_check(at(15)).await;
+    w.late_success(&o, &a, at(15)).await;
+    w.line(&a, PaymentStatus::Succeeded, a.amount, false).await;
+    ids.insert(o.order_id.to_string());
+    // channel_success_order_unpaid (+ order_open_past_expiry: still open).
+    let o = w.order(at(16), false).await;
+    let a = w.attempt(&o, at(16)).await;
+    w.line(&a, PaymentStatus::Succeeded, a.amount, false).await;
+    ids.insert(o.order_id.to_string());
+    // channel_success_order_unpaid: an order the table never had.
+    let ghost = OrderId::parse(format!("ord_ghost_{on}")).unwrap();
+    let ghost_attempt = PaymentAttempt { order_id: ghost.clone(), ..a.clone() };
+    let ghost_attempt = PaymentAttempt { payment_id: PaymentId::parse(format!("pay_ghost_{on}")).unwrap(), ..ghost_attempt };
+    w.line(&ghost_attempt, PaymentStatus::Succeeded, 500, false).await;
+    ids.insert(ghost.to_string());
+    // undecodable_record: a row of an order final that day.
+    let o = w.order(at(17), false).await;
+    assert_eq!(w.store.close_unpaid(&o, o.expire_at).await.unwrap(), Cas::Applied);
+    let bad = w.store.client().put_item().table_name(w.store.table());
+    bad.item("pk", s(keys::order(&o.order_id)))
+        .item("sk", s("PAY#pay_bad"))
+        .item("entity", s("PAYMENT"))
+        .item("status", s("HALF_PAID"))
+        .send()
+        .await
+        .unwrap();
+    ids.insert(o.order_id.to_string());
+    ids
+}
+
+/// A SKU whose `reserved` was raised by hand: both stock kinds (its
+/// counters no longer add up to `supplied`, and nothing holds the unit).
+async fn plant_catalog_kinds(w: &World) {
+    let z = Sku::parse("Z").unwrap();
+    system_tests::fixtures::seed_stock(&w.store, &z, 10, &eur(100)).await.unwrap();
+    w.store
+        .client()
+        .update_item()
+        .table_name(w.store.table())
+        .key("pk", s(keys::sku(&z)))
+        .key("sk", s(keys::STOCK_SK))
+        .update_expression("SET reserved = reserved + :one")
+        .expression_attribute_values(":one", n(1))
+        .send()
+        .await
+        .unwrap();
+}
+
+/// Starts a run of `day` and delivers its piece messages, in `order`, to
+/// the worker's handler through `ports`; a failed delivery is delivered
+/// again up to [`MAX_RECEIVES`] times. Returns the run and the report.
+async fn run_day<I: DayIndex>(
+    w: &World,
+    ports: &DayPorts<'_, I, SandboxChannel>,
+    day: Day,
+    reverse: bool,
+) -> (DayRun, DayReport) {
+    let run = DayRun::new(day, SHARDS, run_time(), rand::random());
+    assert_eq!(w.store.start_run(&run).await.unwrap(), Cas::Applied);
+    let mut pieces = run.pieces.clone();
+    if reverse {
+        pieces.reverse();
+    }
+    for piece in pieces {
+        let body = serde_json::to_string(&PieceMessage { day, run_id: run.run_id.clone(), piece }).unwrap();
+        for _ in 0..MAX_RECEIVES {
+            if piece_message(ports, &w.store, &body, run_time()).await.is_ok() {
+                break;
+            }
+        }
+    }
+    let report = day_report(&w.store, day, Some(&run.run_id)).await.unwrap().expect("the run's report");
+    (run, report)
+}
+
+fn orders_named(report: &DayReport) -> BTreeSet<String> {
+    report.discrepancies.iter().filter(|d| !d.order_id.is_empty()).map(|d| d.order_id.clone()).collect()
+}
+
+fn kinds(report: &DayReport) -> BTreeSet<&'static str> {
+    report.discrepancies.iter().map(|d| d.kind).collect()
+}
+
+#[tokio::test]
+async fn a_days_run_finds_every_kind_planted_that_day_and_nothing_of_the_day_before() {
+    let w = World::new().await;
+    let today = plant_every_kind(&w, day()).await;
+    let yesterday = plant_every_kind(&w, day().previous()).await;
+    plant_catalog_kinds(&w).await;
+    let (_, report) = run_day(&w, &w.ports(), day(), false).await;
+    assert!(report.complete, "{:?}", report.pieces_missing);
+    let all: BTreeSet<&str> = KINDS.iter().copied().collect();
+    assert_eq!(kinds(&report), all, "every kind is found on its day: {:#?}", report.discrepancies);
+    let named = orders_named(&report);
+    assert!(named.is_subset(&today), "only the day's orders: {:?}", named.difference(&today).collect::<Vec<_>>());
+    assert!(named.is_disjoint(&yesterday));
+    assert_eq!(named, today, "every order planted that day is named");
+    // And the day before finds its own, none of this day's.
+    let (_, before) = run_day(&w, &w.ports(), day().previous(), false).await;
+    assert_eq!(orders_named(&before), yesterday);
+    assert_eq!(kinds(&before), all);
+}
+
+/// A day index whose reads of one partition fail a number of times.
+struct FailingPart<'a> {
+    inner: &'a DynamoStore,
+    part: String,
+    failures_left: AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl DayIndex for FailingPart<'_> {
+    async fn reconcile_page(&self, part: &str, limit: u32, start: Option<DueCursor>) -> Result<IndexPage, Unavailable> {
+        if part == self.part && self.failures_left.load(Ordering::SeqCst) > 0 {
+            self.failures_left.fetch_sub(1, Ordering::SeqCst);
+            return Err(Unavailable::new("query an index partition", "injected: throttled"));
+        }
+        self.inner.reconcile_page(part, limit, start).await
+    }
+    async fn in_flight_page(&self, shard: &str, limit: u32, start: Option<DueCursor>) -> Result<IndexPage, Unavailable> {
+        self.inner.in_flight_page(shard, limit, start).await
+    }
+    async fn order_records(&self, orders: &[OrderId]) -> Result<RecordsRead, Unavailable> {
+        self.inner.order_records(orders).await
+    }
+    async fn catalog_entry(&self, sku: &Sku) -> Result<CatalogEntry, Unavailable> {
+        self.inner.catalog_entry(sku).await
+    }
+}
+
+#[tokio::test]
+async fn a_failing_piece_is_retried_and_once_out_of_receives_is_reported_missing() {
+    let w = World::new().await;
+    let today = plant_every_kind(&w, day()).await;
+    let flaky = |failures: u32| FailingPart {
+        inner: &w.store,
+        part: format!("{DAY}#1"),
+        failures_left: AtomicU32::new(failures),
+    };
+    // Two failures, then it goes through on the third receive.
+    let index = flaky(MAX_RECEIVES - 1);
+    let ports = DayPorts { index: &index, channel: Some(&w.ledger), bounds: Bounds::default(), shards: SHARDS };
+    let (_, retried) = run_day(&w, &ports, day(), false).await;
+    assert!(retried.complete, "{:?}", retried.pieces_missing);
+    assert_eq!(orders_named(&retried), today);
+    // Failing on every receive: the message goes to the DLQ, the report
+    // names the piece, and the stock comparison waits for it.
+    let index = flaky(u32::MAX);
+    let ports = DayPorts { index: &index, channel: Some(&w.ledger), bounds: Bounds::default(), shards: SHARDS };
+    let (run, broken) = run_day(&w, &ports, day(), false).await;
+    assert!(!broken.complete);
+    assert_eq!(broken.pieces_missing, ["shard-1"]);
+    assert!(!broken.stock_reserved_checked);
+    assert!(orders_named(&broken).is_subset(&today));
+    assert!(orders_named(&broken).len() < today.len(), "shard 1's orders are not in it");
+    assert_eq!(w.store.save_report(&broken).await.unwrap(), Cas::Applied, "no complete report was stored");
+    // The latest run of the day is the one shown.
+    let shown = day_report(&w.store, day(), None).await.unwrap().unwrap();
+    assert_eq!(shown.run_id, run.run_id);
+    assert_eq!(shown.pieces_missing, ["shard-1"]);
+}
+
+#[tokio::test]
+async fn the_report_is_the_same_whatever_order_the_pieces_ran_in() {
+    let w = World::new().await;
+    plant_every_kind(&w, day()).await;
+    plant_catalog_kinds(&w).await;
+    let (_, forward) = run_day(&w, &w.ports(), day(), false).await;
+    let (_, backward) = run_day(&w, &w.ports(), day(), true).await;
+    assert!(forward.complete && backward.complete);
+    assert_eq!(forward.discrepancies, backward.discrepancies);
+    assert_eq!(forward.counts, backward.counts);
+    assert_eq!(
+        (forward.orders_checked, forward.payments_checked, forward.stocks_checked),
+        (backward.orders_checked, backward.payments_checked, backward.stocks_checked)
+    );
+}
+
+/// `count` orders made final on the 30 days before the day under test,
+/// written directly (their index entries as the final writes leave them).
+pub async fn plant_older_final_orders(store: &DynamoStore, count: usize, offset: usize) {
+    let items: Vec<_> = (offset..offset + count)
+        .map(|i| {
+            let id = OrderId::parse(format!("ord_old_{i:07}")).unwrap();
+            let at = day().start().minus(Duration::from_secs(86_400 * (1 + (i as u64 % 30)) - 3600));
+            let mut item = std::collections::HashMap::new();
+            item.insert("pk".to_owned(), s(keys::order(&id)));
+            item.insert("sk".to_owned(), s(keys::ORDER_SK));
+            item.insert("entity".to_owned(), s("ORDER"));
+            item.insert("status".to_owned(), s("CLOSED"));
+            item.insert("recon_part".to_owned(), s(keys::day_part(&id, at, SHARDS)));
+            item.insert("recon_at".to_owned(), s(at.to_string()));
+            item
+        })
+        .collect();
+    system_tests::batch_put(store, items).await;
+}
+
+#[tokio::test]
+async fn a_days_run_reads_the_same_items_over_a_thousand_or_ten_thousand_older_orders() {
+    let w = World::new().await;
+    plant_every_kind(&w, day()).await;
+    plant_older_final_orders(&w.store, 1_000, 0).await;
+    let (_, small) = run_day(&w, &w.ports(), day(), false).await;
+    plant_older_final_orders(&w.store, 9_000, 1_000).await;
+    let (_, large) = run_day(&w, &w.ports(), day(), false).await;
+    assert!(small.complete && large.complete);
+    assert!(small.cost.items > 0 && small.cost.capacity_units > 0.0, "{:?}", small.cost);
+    assert_eq!(small.cost, large.cost, "the day's reads do not grow with other days' orders");
+    assert_eq!(small.discrepancies, large.discrepancies);
+}
