@@ -49,7 +49,8 @@ Output is a human table; --json prints one JSON document on stdout for \
 scripts (progress and notes go to stderr, and are hidden with --json).
 
 Exit codes: 0 done (reconcile: clean), 1 error (the message says what to \
-do), 2 usage error, 3 reconcile found discrepancies.";
+do; reconcile --day: pieces still missing), 2 usage error, 3 reconcile \
+found discrepancies.";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -60,6 +61,8 @@ Examples:
   orderctl check ord_01JD…                 force-check (recorded with your IAM identity)
   orderctl redrive close-dlq               CloseDLQ back to CloseQueue, with a count
   orderctl reconcile                       run reconciliation now, report by kind
+  orderctl reconcile --day 2026-12-02      run that day's reconciliation, wait, print the merged report
+  orderctl reconcile --day 2026-12-02 --show   the day's latest run as stored (missing pieces named)
   orderctl stock sku-1                     available / reserved / sold / price, audited changes
   orderctl refunds failed                  refunds given up on, waiting for a person
   orderctl events ord_01JD…                the order's integration events
@@ -128,7 +131,7 @@ enum Command {
     },
     /// Move a dead-letter queue's messages back to their source queue.
     #[command(after_help = "Queues: close-dlq, wakeup-dlq, refund-dlq, order-placed-dlq, order-closed-dlq, \
-                            order-paid-dlq, pending-effects-dlq (redrivable); event-delivery-dlq, sweep-dlq, stream-failure, \
+                            order-paid-dlq, pending-effects-dlq, reconcile-piece-dlq (redrivable); event-delivery-dlq, sweep-dlq, stream-failure, \
                             stream-dead-letter, reconcile-failure (the error says what to do instead).")]
     Redrive {
         /// The DLQ, e.g. close-dlq.
@@ -137,8 +140,25 @@ enum Command {
         #[arg(long)]
         max: Option<u64>,
     },
-    /// Run the reconcile function now and print its report by kind.
-    Reconcile,
+    /// Run reconciliation and print its report by kind: the whole table
+    /// now (for small tables), or one day's run with --day.
+    #[command(after_help = "Without --day: the reconcile function reads the whole table and the channel's \
+                            statement (one Scan; fine for a small table, too slow for millions of orders).\n\
+                            With --day YYYY-MM-DD: starts a run of that day (orders and refunds that became final \
+                            on it, the channel's payments opened on it, what is in flight, the catalog), waits for \
+                            its pieces (progress on stderr) and prints the merged report; pieces still missing at \
+                            --wait are listed. --show prints the day's latest run as stored, starting nothing.")]
+    Reconcile {
+        /// The UTC day to reconcile, YYYY-MM-DD (the daily schedule runs yesterday).
+        #[arg(long)]
+        day: Option<String>,
+        /// With --day: print the day's latest run as stored; start none.
+        #[arg(long, requires = "day")]
+        show: bool,
+        /// With --day: how long to wait for the pieces, in seconds.
+        #[arg(long, default_value_t = 600, requires = "day")]
+        wait: u64,
+    },
     /// Refunds given up on (REFUND_FAILED) that wait for a person.
     Refunds {
         #[command(subcommand)]
@@ -193,7 +213,13 @@ async fn run(cli: Cli) -> error::Result<ExitCode> {
         Command::Stuck { peek, shards } => stuck::run(&stack, shards, peek, json).await?,
         Command::Check { order_id } => check::run(&stack, &order_id, json).await?,
         Command::Redrive { queue, max } => queues::redrive(&stack, &queue, max, json).await?,
-        Command::Reconcile => {
+        Command::Reconcile { day: Some(day), show, wait } => {
+            return Ok(match reconcile::day(&stack, &day, show, std::time::Duration::from_secs(wait), json).await? {
+                reconcile::Found::Clean => ExitCode::SUCCESS,
+                reconcile::Found::Discrepancies => ExitCode::from(3),
+            })
+        }
+        Command::Reconcile { day: None, .. } => {
             return Ok(match reconcile::run(&stack, json).await? {
                 reconcile::Found::Clean => ExitCode::SUCCESS,
                 reconcile::Found::Discrepancies => ExitCode::from(3),

@@ -84,6 +84,13 @@ pub const DLQS: &[Dlq] = &[
         instead: "",
     },
     Dlq {
+        name: "reconcile-piece-dlq",
+        url_key: "RECONCILE_PIECE_DLQ_URL",
+        source_key: Some("RECONCILE_PIECE_QUEUE_URL"),
+        holds: "pieces of a day's reconciliation that failed 3 receives (the day's report names them missing)",
+        instead: "",
+    },
+    Dlq {
         name: "event-delivery-dlq",
         url_key: "EVENT_DELIVERY_DLQ_URL",
         source_key: None,
@@ -119,8 +126,9 @@ pub const DLQS: &[Dlq] = &[
         name: "reconcile-failure",
         url_key: "RECONCILE_FAILURE_QUEUE_URL",
         source_key: None,
-        holds: "scheduled reconcile runs that failed twice",
-        instead: "fix the cause (the message holds the error), then run `orderctl reconcile`",
+        holds: "scheduled day runs (reconcile-day) that failed twice",
+        instead: "fix the cause (the message holds the error), then run `orderctl reconcile --day YYYY-MM-DD` \
+                  for the day it was to reconcile (yesterday of the failed run)",
     },
 ];
 
