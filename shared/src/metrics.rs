@@ -159,9 +159,12 @@ pub const SWEEP_COMPLETED: Metric = count_metric("SweepCompleted");
 /// alarm stays raised until the last one is resolved.
 pub const REFUNDS_FAILED: Metric = count_metric("RefundsFailed");
 
-// ---- reconciliation (a full read of the table, daily)
+// ---- reconciliation (daily by day and shard, or the full read on demand)
+/// One per completed run: a full read, or a day run once every piece of
+/// it has reported (a piece in ReconcilePieceDLQ keeps it from counting).
 pub const RECONCILE_COMPLETED: Metric = count_metric("ReconcileCompleted");
-/// Orders open (PENDING_PAYMENT or CLOSING) when the run read the table.
+/// Orders open (PENDING_PAYMENT or CLOSING) when the run read the table
+/// (the day run: the due index's OPEN shards).
 pub const OPEN_ORDERS: Metric = count_metric("OpenOrders");
 pub const OLDEST_OPEN_ORDER_SECONDS: Metric =
     Metric { name: "OldestOpenOrderSeconds", unit: Unit::Seconds, dimensions: &[] };
