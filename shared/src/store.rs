@@ -524,8 +524,7 @@ pub struct CatalogEntry {
 pub trait DayIndex: Send + Sync {
     /// A page of reconcile-index partition `part` (a day's shard
     /// `<YYYY-MM-DD>#<n>`, or the catalog's).
-    async fn reconcile_page(&self, part: &str, limit: u32, start: Option<DueCursor>)
-        -> Result<IndexPage, Unavailable>;
+    async fn reconcile_page(&self, part: &str, limit: u32, start: Option<DueCursor>) -> Result<IndexPage, Unavailable>;
     /// A page of due-index partition `shard` (`OPEN#<n>`, `FX#<n>`), every
     /// entry whatever its due time: the records in flight.
     async fn in_flight_page(&self, shard: &str, limit: u32, start: Option<DueCursor>)

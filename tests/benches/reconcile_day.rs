@@ -49,7 +49,8 @@ fn older_order(i: usize) -> HashMap<String, Av> {
         ("line_total".into(), n(100)),
     ]));
     let hist = |from: Option<&str>, to: &str| {
-        let mut m = HashMap::from([("at".into(), s(&at.to_string())), ("to".into(), s(to)), ("cause".into(), s("bench"))]);
+        let mut m =
+            HashMap::from([("at".into(), s(&at.to_string())), ("to".into(), s(to)), ("cause".into(), s("bench"))]);
         if let Some(f) = from {
             m.insert("from".into(), s(f));
         }
@@ -79,7 +80,11 @@ fn older_order(i: usize) -> HashMap<String, Av> {
 /// Writes orders `from..to` with BatchWriteItem, 16 batches of 25 at a time.
 async fn write_older(client: &aws_sdk_dynamodb::Client, table: &str, from: usize, to: usize) {
     let writes: Vec<WriteRequest> = (from..to)
-        .map(|i| WriteRequest::builder().put_request(PutRequest::builder().set_item(Some(older_order(i))).build().unwrap()).build())
+        .map(|i| {
+            WriteRequest::builder()
+                .put_request(PutRequest::builder().set_item(Some(older_order(i))).build().unwrap())
+                .build()
+        })
         .collect();
     for group in writes.chunks(25 * 16) {
         let puts = group.chunks(25).map(|chunk| {
@@ -87,7 +92,8 @@ async fn write_older(client: &aws_sdk_dynamodb::Client, table: &str, from: usize
             async move {
                 while !pending.is_empty() {
                     let out = client.batch_write_item().set_request_items(Some(pending)).send().await.unwrap();
-                    pending = out.unprocessed_items.unwrap_or_default().into_iter().filter(|(_, v)| !v.is_empty()).collect();
+                    pending =
+                        out.unprocessed_items.unwrap_or_default().into_iter().filter(|(_, v)| !v.is_empty()).collect();
                 }
             }
         });
@@ -109,9 +115,14 @@ async fn plant_the_day(store: &DynamoStore, ledger: &aws_sdk_dynamodb::Client, l
         };
         let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
         let buyer = UserId::parse("u1").unwrap();
-        let order = order_core::handlers::requests::create_order(&create, &buyer, Some(&format!("k{i}")), body.to_string().as_bytes())
-            .await
-            .unwrap();
+        let order = order_core::handlers::requests::create_order(
+            &create,
+            &buyer,
+            Some(&format!("k{i}")),
+            body.to_string().as_bytes(),
+        )
+        .await
+        .unwrap();
         let order = store.order(&order.order.order_id).await.unwrap().unwrap();
         match i % 5 {
             0 | 1 => assert_eq!(store.close_unpaid(&order, order.expire_at).await.unwrap(), Cas::Applied),

@@ -1299,7 +1299,11 @@ pub async fn batch_put(store: &DynamoStore, items: Vec<HashMap<String, aws_sdk_d
     for chunk in items.chunks(25) {
         let mut pending: Vec<WriteRequest> = chunk
             .iter()
-            .map(|i| WriteRequest::builder().put_request(PutRequest::builder().set_item(Some(i.clone())).build().unwrap()).build())
+            .map(|i| {
+                WriteRequest::builder()
+                    .put_request(PutRequest::builder().set_item(Some(i.clone())).build().unwrap())
+                    .build()
+            })
             .collect();
         while !pending.is_empty() {
             let out = store

@@ -54,8 +54,7 @@ struct World {
 impl World {
     async fn new() -> Self {
         let client = dynamodb_local().await;
-        let store =
-            fresh_table(&client).await.with_shards(DueShards { count: SHARDS, sweep_count: SHARDS });
+        let store = fresh_table(&client).await.with_shards(DueShards { count: SHARDS, sweep_count: SHARDS });
         let ledger_table = fresh_sandbox_ledger_table(&client).await;
         let ledger = SandboxChannel::new(client, ledger_table.clone());
         for sku in ["A", "B"] {
@@ -74,7 +73,8 @@ impl World {
             window: Duration::from_secs(60),
             expiry_rule_version: "t".into(),
         };
-        let mut body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 2, "unit_price": 100}]});
+        let mut body =
+            json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 2, "unit_price": 100}]});
         if coupon {
             let id = format!("C{}", rand::random::<u32>());
             let c = system_tests::fixtures::available_coupon(&id, "u1", at.plus(Duration::from_secs(86_400)));
@@ -122,7 +122,10 @@ impl World {
         let a = self.attempt(&o, at).await;
         let o = self.fresh(&o).await;
         let ev = Evidence { at, source: "t".into(), status: PaymentStatus::Succeeded, detail: None };
-        assert_eq!(self.store.settle_success(&o, &a, &format!("tx_{}", a.payment_id), ev, None, "").await.unwrap(), SettleResult::Paid);
+        assert_eq!(
+            self.store.settle_success(&o, &a, &format!("tx_{}", a.payment_id), ev, None, "").await.unwrap(),
+            SettleResult::Paid
+        );
         (self.fresh(&o).await, a)
     }
 
@@ -203,7 +206,8 @@ async fn plant_every_kind(w: &World, on: Day) -> BTreeSet<String> {
     // channel_success_order_unpaid: an order the table never had.
     let ghost = OrderId::parse(format!("ord_ghost_{on}")).unwrap();
     let ghost_attempt = PaymentAttempt { order_id: ghost.clone(), ..a.clone() };
-    let ghost_attempt = PaymentAttempt { payment_id: PaymentId::parse(format!("pay_ghost_{on}")).unwrap(), ..ghost_attempt };
+    let ghost_attempt =
+        PaymentAttempt { payment_id: PaymentId::parse(format!("pay_ghost_{on}")).unwrap(), ..ghost_attempt };
     w.line(&ghost_attempt, PaymentStatus::Succeeded, 500, false).await;
     ids.insert(ghost.to_string());
     // undecodable_record: a row of an order final that day.
@@ -310,7 +314,12 @@ impl DayIndex for FailingPart<'_> {
         }
         self.inner.reconcile_page(part, limit, start).await
     }
-    async fn in_flight_page(&self, shard: &str, limit: u32, start: Option<DueCursor>) -> Result<IndexPage, Unavailable> {
+    async fn in_flight_page(
+        &self,
+        shard: &str,
+        limit: u32,
+        start: Option<DueCursor>,
+    ) -> Result<IndexPage, Unavailable> {
         self.inner.in_flight_page(shard, limit, start).await
     }
     async fn order_records(&self, orders: &[OrderId]) -> Result<RecordsRead, Unavailable> {

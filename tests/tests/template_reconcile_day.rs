@@ -96,7 +96,10 @@ fn the_coordinator_runs_daily_hands_pieces_to_the_queue_and_keeps_failed_runs() 
     assert_eq!(schedules[0]["ScheduleExpression"], "cron(0 3 * * ? *)");
     let coordinator = &t["Resources"]["ReconcileDayFunction"]["Properties"];
     assert_eq!(coordinator["Handler"], "reconcile-day");
-    assert_eq!(coordinator["Environment"]["Variables"]["RECONCILE_PIECE_QUEUE_URL"], json!({"Ref": "ReconcilePieceQueue"}));
+    assert_eq!(
+        coordinator["Environment"]["Variables"]["RECONCILE_PIECE_QUEUE_URL"],
+        json!({"Ref": "ReconcilePieceQueue"})
+    );
     let invoke = of_type(&t, "AWS::Lambda::EventInvokeConfig")
         .into_iter()
         .map(|(_, c)| &c["Properties"])

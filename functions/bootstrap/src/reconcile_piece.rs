@@ -14,8 +14,12 @@ pub async fn run(config: &SdkConfig) -> Result<(), Error> {
     let dynamo = order_core::aws::clients::dynamodb(config);
     let store = DynamoStore::from_env(dynamo.clone())?;
     let channel = ConfiguredChannel::load(config, dynamo).await?;
-    let ports =
-        DayPorts { index: &store, channel: channel.any(), bounds: Bounds::from_env()?, shards: store.shards().sweep_count };
+    let ports = DayPorts {
+        index: &store,
+        channel: channel.any(),
+        bounds: Bounds::from_env()?,
+        shards: store.shards().sweep_count,
+    };
     let (ports, store) = (&ports, &store);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<_, Error>(piece_batch(ports, store, event.payload, SystemClock.now()).await)

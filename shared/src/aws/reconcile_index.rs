@@ -7,9 +7,7 @@ use super::dynamo::{key, s, DynamoStore, Item};
 use crate::domain::{Day, OrderId, Sku};
 use crate::error::error_chain;
 use crate::ports::Unavailable;
-use crate::store::{
-    Cas, CatalogEntry, DayIndex, DayRuns, DueCursor, IndexPage, ReadCost, RecordsRead, UndecodableRow,
-};
+use crate::store::{Cas, CatalogEntry, DayIndex, DayRuns, DueCursor, IndexPage, ReadCost, RecordsRead, UndecodableRow};
 use crate::usecases::reconcile_day::{DayReport, DayRun, PartialReport};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
@@ -103,7 +101,12 @@ impl DayIndex for DynamoStore {
         self.index_keys((RECONCILE_INDEX, "recon_part"), part, limit, start).await
     }
 
-    async fn in_flight_page(&self, shard: &str, limit: u32, start: Option<DueCursor>) -> Result<IndexPage, Unavailable> {
+    async fn in_flight_page(
+        &self,
+        shard: &str,
+        limit: u32,
+        start: Option<DueCursor>,
+    ) -> Result<IndexPage, Unavailable> {
         self.index_keys((super::due_index::DUE_INDEX, "due_shard"), shard, limit, start).await
     }
 
@@ -112,10 +115,8 @@ impl DayIndex for DynamoStore {
             Box<dyn std::future::Future<Output = Result<(Vec<Item>, ReadCost), Unavailable>> + Send + 'a>,
         >;
         let reads: Vec<Read<'_>> = orders.iter().map(|id| Box::pin(self.partition(id)) as Read<'_>).collect();
-        let partitions: Vec<(Vec<Item>, ReadCost)> = stream::iter(reads)
-            .buffer_unordered(READS_IN_FLIGHT)
-            .try_collect()
-            .await?;
+        let partitions: Vec<(Vec<Item>, ReadCost)> =
+            stream::iter(reads).buffer_unordered(READS_IN_FLIGHT).try_collect().await?;
         let mut read = RecordsRead::default();
         for (items, cost) in partitions {
             read.cost.add(cost);
@@ -212,7 +213,11 @@ impl DayRuns for DynamoStore {
         };
         // Run ids sort as their start times: the last one is the latest.
         let runs = self.day_records(day, &prefix).await?;
-        runs.iter().filter(|i| run_id.is_none() || text(i, "sk") == prefix).last().map(|i| from_json(i, "decode a day run")).transpose()
+        runs.iter()
+            .filter(|i| run_id.is_none() || text(i, "sk") == prefix)
+            .next_back()
+            .map(|i| from_json(i, "decode a day run"))
+            .transpose()
     }
 
     async fn save_part(&self, part: &PartialReport) -> Result<Cas, Unavailable> {

@@ -43,18 +43,20 @@ pub async fn start_day_run<R: DayRuns>(
     if runs.start_run(&run).await? == Cas::Rejected {
         return Err(Unavailable::new("start a day run", format!("run {} exists", run.run_id)));
     }
-    let messages: Vec<PieceMessage> = run
-        .pieces
-        .iter()
-        .map(|piece| PieceMessage { day, run_id: run.run_id.clone(), piece: piece.clone() })
-        .collect();
+    let messages: Vec<PieceMessage> =
+        run.pieces.iter().map(|piece| PieceMessage { day, run_id: run.run_id.clone(), piece: piece.clone() }).collect();
     queue.hand_out(&messages).await?;
     info!(day = %day, run_id = %run.run_id, pieces = messages.len(), "day run started");
     Ok(run)
 }
 
 /// One piece message: the run read back, the piece run, its report stored.
-pub async fn piece_message<I, C, R>(ports: &DayPorts<'_, I, C>, runs: &R, body: &str, now: Timestamp) -> Result<(), String>
+pub async fn piece_message<I, C, R>(
+    ports: &DayPorts<'_, I, C>,
+    runs: &R,
+    body: &str,
+    now: Timestamp,
+) -> Result<(), String>
 where
     I: DayIndex,
     C: ChannelStatement,
@@ -102,7 +104,12 @@ fn emit(report: &DayReport) {
 }
 
 /// A batch of piece messages; each failed one is named for its own retry.
-pub async fn piece_batch<I, C, R>(ports: &DayPorts<'_, I, C>, runs: &R, event: SqsEvent, now: Timestamp) -> SqsBatchResponse
+pub async fn piece_batch<I, C, R>(
+    ports: &DayPorts<'_, I, C>,
+    runs: &R,
+    event: SqsEvent,
+    now: Timestamp,
+) -> SqsBatchResponse
 where
     I: DayIndex,
     C: ChannelStatement,

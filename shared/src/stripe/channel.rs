@@ -377,8 +377,7 @@ impl ChannelStatement for StripeChannel {
     async fn statement_between(&self, since: Timestamp, until: Timestamp) -> Result<Statement, Unavailable> {
         // Whole seconds: the window widens to the seconds that hold it.
         let (from, to) = (since.unix_seconds(), (until.unix_millis() + 999).div_euclid(1000));
-        let intents =
-            self.list_since("Stripe list PaymentIntents", "/v1/payment_intents", from, Some(to)).await?;
+        let intents = self.list_since("Stripe list PaymentIntents", "/v1/payment_intents", from, Some(to)).await?;
         let refunds: Vec<Refund> = self.list_since("Stripe list refunds", "/v1/refunds", from, None).await?;
         let (since, until) = (Timestamp::from_unix_millis(from * 1000), Timestamp::from_unix_millis(to * 1000));
         Ok(Statement { since: Some(since), until: Some(until), lines: statement_lines(intents, &refunds) })

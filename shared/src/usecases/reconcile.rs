@@ -115,9 +115,10 @@ struct StoredDiscrepancy {
 impl<'de> Deserialize<'de> for Discrepancy {
     fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let d = StoredDiscrepancy::deserialize(de)?;
-        let kind = KINDS.iter().find(|k| **k == d.kind).ok_or_else(|| {
-            serde::de::Error::custom(format!("unknown discrepancy kind {:?}", d.kind))
-        })?;
+        let kind = KINDS
+            .iter()
+            .find(|k| **k == d.kind)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown discrepancy kind {:?}", d.kind)))?;
         Ok(Self { kind, order_id: d.order_id, payment_id: d.payment_id, key: d.key, detail: d.detail })
     }
 }

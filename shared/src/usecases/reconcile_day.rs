@@ -21,8 +21,8 @@
 //! its bound; the catalog's (`stock_*`) on every run, as of the run.
 
 use super::reconcile::{
-    channel_checks, count_kinds, local_checks, released_on_paid, supply_checks, undecodable,
-    unknown_order, Bounds, Discrepancy, Ledger, KINDS, LOCAL_KINDS,
+    channel_checks, count_kinds, local_checks, released_on_paid, supply_checks, undecodable, unknown_order, Bounds,
+    Discrepancy, Ledger, KINDS, LOCAL_KINDS,
 };
 use crate::domain::*;
 use crate::ports::{ChannelStatement, Statement, Unavailable};
@@ -214,7 +214,13 @@ pub fn merge(run: &DayRun, parts: &[PartialReport]) -> DayReport {
         r.discrepancies.extend(reserved_mismatches(&held, &reserved));
     }
     r.discrepancies.sort_by(|a, b| {
-        (a.kind, &a.order_id, &a.payment_id, &a.key, &a.detail).cmp(&(b.kind, &b.order_id, &b.payment_id, &b.key, &b.detail))
+        (a.kind, &a.order_id, &a.payment_id, &a.key, &a.detail).cmp(&(
+            b.kind,
+            &b.order_id,
+            &b.payment_id,
+            &b.key,
+            &b.detail,
+        ))
     });
     r.discrepancies.dedup();
     r.counts = count_kinds(&r.discrepancies).into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
@@ -314,10 +320,8 @@ async fn shard_orders<I: DayIndex>(
         let keys = all_keys(|s| index.in_flight_page(&shard, PAGE_LIMIT, s), cost).await?;
         in_flight.extend(keys.iter().filter_map(|(pk, _)| order_of(pk)));
     }
-    let linked = day_lines(statement, day, n, shards)
-        .map(|l| l.order_id.clone())
-        .filter(|id| !finals.contains(id))
-        .collect();
+    let linked =
+        day_lines(statement, day, n, shards).map(|l| l.order_id.clone()).filter(|id| !finals.contains(id)).collect();
     Ok(ShardOrders { finals, linked, in_flight })
 }
 
@@ -395,7 +399,9 @@ async fn shard_piece<I: DayIndex, C: ChannelStatement>(
         out.extend(found.into_iter().filter(|d| d.kind == "channel_success_order_unpaid"));
     }
     let known = |id: &OrderId| records.contains_key(id);
-    out.extend(day_lines(statement.as_ref(), day, n, ports.shards).filter(|l| !known(&l.order_id)).filter_map(unknown_order));
+    out.extend(
+        day_lines(statement.as_ref(), day, n, ports.shards).filter(|l| !known(&l.order_id)).filter_map(unknown_order),
+    );
     for r in orders.in_flight.iter().filter_map(|id| records.get(id)) {
         let mut found = Vec::new();
         local_checks(r, &ports.bounds, now, &mut found);
@@ -478,7 +484,11 @@ pub async fn store_part<R: DayRuns>(runs: &R, run: &DayRun, part: &PartialReport
 
 /// The day's report as it stands: merged from whatever pieces of the
 /// run (the latest if `run_id` is `None`) have reported.
-pub async fn day_report<R: DayRuns>(runs: &R, day: Day, run_id: Option<&str>) -> Result<Option<DayReport>, Unavailable> {
+pub async fn day_report<R: DayRuns>(
+    runs: &R,
+    day: Day,
+    run_id: Option<&str>,
+) -> Result<Option<DayReport>, Unavailable> {
     let Some(run) = runs.day_run(day, run_id).await? else { return Ok(None) };
     Ok(Some(merge(&run, &runs.parts(day, &run.run_id).await?)))
 }
@@ -496,7 +506,12 @@ mod tests {
         DayRun::new(Day::parse("2026-12-02").unwrap(), 2, Timestamp::from_unix_millis(0), 1)
     }
 
-    fn part(piece: &str, kinds: &[(&'static str, &str)], held: &[(&str, i64)], reserved: &[(&str, i64)]) -> PartialReport {
+    fn part(
+        piece: &str,
+        kinds: &[(&'static str, &str)],
+        held: &[(&str, i64)],
+        reserved: &[(&str, i64)],
+    ) -> PartialReport {
         PartialReport {
             day: Some(run().day),
             run_id: run().run_id,

@@ -102,7 +102,8 @@ fn print_report_body(report: &Value, discrepancies: &[Value]) {
 /// the merged report. Pieces still missing at the end are an error (exit
 /// 1), after the report is printed.
 pub async fn day(stack: &Stack, day: &str, show: bool, wait: Duration, json_out: bool) -> Result<Found> {
-    let day = Day::parse(day).map_err(|e| CliError::new(format!("{day:?} is not a day: {e}"), "give it as YYYY-MM-DD (UTC)"))?;
+    let day = Day::parse(day)
+        .map_err(|e| CliError::new(format!("{day:?} is not a day: {e}"), "give it as YYYY-MM-DD (UTC)"))?;
     let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&stack.sdk), stack.table()?);
     let run_id = match show {
         true => None,
@@ -132,7 +133,13 @@ pub async fn day(stack: &Stack, day: &str, show: bool, wait: Duration, json_out:
 
 /// The run's report, read every 2 s until complete or `wait` has passed;
 /// progress on stderr.
-async fn wait_for(store: &DynamoStore, day: Day, run_id: Option<&str>, wait: Duration, quiet: bool) -> Result<DayReport> {
+async fn wait_for(
+    store: &DynamoStore,
+    day: Day,
+    run_id: Option<&str>,
+    wait: Duration,
+    quiet: bool,
+) -> Result<DayReport> {
     let until = Instant::now() + wait;
     loop {
         let report = day_report(store, day, run_id).await?.ok_or_else(|| {
