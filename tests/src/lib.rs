@@ -1292,28 +1292,28 @@ pub mod capacity {
     }
 }
 
-/// Writes `items` into the store's table, 25 to a `BatchWriteItem`,
-/// resending what DynamoDB hands back unprocessed.
+/// Writes `items` into the store's table, 25 to a `BatchWriteItem` and 16
+/// of those at a time, resending what DynamoDB hands back unprocessed.
 pub async fn batch_put(store: &DynamoStore, items: Vec<HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>) {
     use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
-    for chunk in items.chunks(25) {
-        let mut pending: Vec<WriteRequest> = chunk
-            .iter()
-            .map(|i| {
-                WriteRequest::builder()
-                    .put_request(PutRequest::builder().set_item(Some(i.clone())).build().unwrap())
-                    .build()
-            })
-            .collect();
-        while !pending.is_empty() {
-            let out = store
-                .client()
-                .batch_write_item()
-                .request_items(store.table(), pending)
-                .send()
-                .await
-                .expect("batch write on DynamoDB Local");
-            pending = out.unprocessed_items.and_then(|mut u| u.remove(store.table())).unwrap_or_default();
-        }
+    let writes: Vec<WriteRequest> = items
+        .into_iter()
+        .map(|i| WriteRequest::builder().put_request(PutRequest::builder().set_item(Some(i)).build().unwrap()).build())
+        .collect();
+    for group in writes.chunks(25 * 16) {
+        let batches = group.chunks(25).map(|chunk| async move {
+            let mut pending = chunk.to_vec();
+            while !pending.is_empty() {
+                let out = store
+                    .client()
+                    .batch_write_item()
+                    .request_items(store.table(), pending)
+                    .send()
+                    .await
+                    .expect("batch write on DynamoDB Local");
+                pending = out.unprocessed_items.and_then(|mut u| u.remove(store.table())).unwrap_or_default();
+            }
+        });
+        futures_util::future::join_all(batches).await;
     }
 }

@@ -252,7 +252,11 @@ async fn run_day<I: DayIndex>(
     day: Day,
     reverse: bool,
 ) -> (DayRun, DayReport) {
-    let run = DayRun::new(day, SHARDS, run_time(), rand::random());
+    // Each run a millisecond after the one before: the latest run of a
+    // day is the one with the latest start.
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let started = run_time().plus(Duration::from_millis(RUNS.fetch_add(1, Ordering::SeqCst)));
+    let run = DayRun::new(day, SHARDS, started, rand::random());
     assert_eq!(w.store.start_run(&run).await.unwrap(), Cas::Applied);
     let mut pieces = run.pieces.clone();
     if reverse {
@@ -410,4 +414,53 @@ async fn a_days_run_reads_the_same_items_over_a_thousand_or_ten_thousand_older_o
     assert!(small.cost.items > 0 && small.cost.capacity_units > 0.0, "{:?}", small.cost);
     assert_eq!(small.cost, large.cost, "the day's reads do not grow with other days' orders");
     assert_eq!(small.discrepancies, large.discrepancies);
+}
+
+/// `target/<profile>/orderctl`, beside the `deps/` folder this test runs
+/// from (`cargo build -p orderctl`; infra/test.sh builds it).
+fn orderctl_path() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>");
+    let bin = profile_dir.join("orderctl");
+    assert!(bin.is_file(), "{} is missing: run `cargo build -p orderctl`", bin.display());
+    bin
+}
+
+/// `orderctl --json reconcile --day DAY --show` on the test's table.
+fn orderctl_show(w: &World) -> (Option<i32>, serde_json::Value) {
+    let env_file = std::env::temp_dir().join(format!("reconcile-day-{}.env", rand::random::<u64>()));
+    std::fs::write(&env_file, format!("ORDERS_TABLE_NAME={}\n", w.store.table())).unwrap();
+    let out = std::process::Command::new(orderctl_path())
+        .args(["--env-file", env_file.to_str().unwrap(), "--json", "reconcile", "--day", DAY, "--show"])
+        .env("AWS_ENDPOINT_URL", std::env::var("DYNAMODB_LOCAL_ENDPOINT").unwrap())
+        .env("AWS_REGION", system_tests::REGION)
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .output()
+        .expect("run orderctl");
+    let _ = std::fs::remove_file(env_file);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code(), report)
+}
+
+#[tokio::test]
+async fn orderctl_shows_the_days_latest_run_and_names_its_missing_pieces() {
+    let w = World::new().await;
+    plant_every_kind(&w, day()).await;
+    let (_, complete) = run_day(&w, &w.ports(), day(), false).await;
+    let (code, shown) = orderctl_show(&w);
+    assert_eq!(code, Some(3), "discrepancies found: {shown}");
+    assert_eq!(shown["run_id"], complete.run_id.as_str());
+    assert_eq!(shown["counts"]["amount_mismatch"], 1);
+    // A later run with a piece that never reports is the one shown, and
+    // its missing piece is an error.
+    let index = FailingPart { inner: &w.store, part: format!("{DAY}#2"), failures_left: AtomicU32::new(u32::MAX) };
+    let ports = DayPorts { index: &index, channel: Some(&w.ledger), bounds: Bounds::default(), shards: SHARDS };
+    let (broken, _) = run_day(&w, &ports, day(), false).await;
+    let (code, shown) = orderctl_show(&w);
+    assert_eq!(code, Some(1), "{shown}");
+    assert_eq!(shown["run_id"], broken.run_id.as_str());
+    assert_eq!(shown["pieces_missing"], json!(["shard-2"]));
 }

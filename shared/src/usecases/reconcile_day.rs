@@ -365,7 +365,9 @@ async fn shard_piece<I: DayIndex, C: ChannelStatement>(
     };
     let mut part = PartialReport { channel_checked: statement.is_some(), ..Default::default() };
     let orders = shard_orders(ports.index, (day, n, ports.shards), statement.as_ref(), &mut part.cost).await?;
-    let ids: Vec<OrderId> = orders.finals.union(&orders.linked).chain(&orders.in_flight).cloned().collect();
+    // Each order once, however many reasons the piece has to read it.
+    let ids: BTreeSet<&OrderId> = orders.finals.iter().chain(&orders.linked).chain(&orders.in_flight).collect();
+    let ids: Vec<OrderId> = ids.into_iter().cloned().collect();
     let read = ports.index.order_records(&ids).await?;
     part.cost.add(read.cost);
     let records: HashMap<&OrderId, &OrderRecord> = read.records.iter().map(|r| (&r.order.order_id, r)).collect();
