@@ -214,8 +214,7 @@ impl DayRuns for DynamoStore {
         // Run ids sort as their start times: the last one is the latest.
         let runs = self.day_records(day, &prefix).await?;
         runs.iter()
-            .filter(|i| run_id.is_none() || text(i, "sk") == prefix)
-            .next_back()
+            .rfind(|i| run_id.is_none() || text(i, "sk") == prefix)
             .map(|i| from_json(i, "decode a day run"))
             .transpose()
     }

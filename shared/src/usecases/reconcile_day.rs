@@ -22,7 +22,7 @@
 
 use super::reconcile::{
     channel_checks, count_kinds, local_checks, released_on_paid, supply_checks, undecodable, unknown_order, Bounds,
-    Discrepancy, Ledger, KINDS, LOCAL_KINDS,
+    Discrepancy, Ledger, LOCAL_KINDS,
 };
 use crate::domain::*;
 use crate::ports::{ChannelStatement, Statement, Unavailable};
@@ -200,7 +200,7 @@ pub fn merge(run: &DayRun, parts: &[PartialReport]) -> DayReport {
         r.refunds_pending += p.refunds_pending;
         r.orders_outside_statement += p.orders_outside_statement;
         r.stocks_checked += p.stocks_checked;
-        r.channel_checked &= p.channel_checked || p.piece == Piece::Catalog.to_string();
+        r.channel_checked &= p.channel_checked;
         r.cost.add(p.cost);
         r.backlog.add(p.backlog);
         r.discrepancies.extend(p.discrepancies.iter().cloned());
@@ -436,6 +436,7 @@ fn in_flight(r: &OrderRecord, now: Timestamp) -> InFlight {
 async fn catalog_piece<I: DayIndex, C: ChannelStatement>(
     ports: &DayPorts<'_, I, C>,
 ) -> Result<PartialReport, Unavailable> {
+    // The catalog needs no channel: it never makes a run "local only".
     let mut part = PartialReport { channel_checked: true, ..Default::default() };
     let keys = all_keys(|s| ports.index.reconcile_page(CATALOG_PART, PAGE_LIMIT, s), &mut part.cost).await?;
     let mut snapshot = TableSnapshot::default();
@@ -493,11 +494,6 @@ pub async fn day_report<R: DayRuns>(
 ) -> Result<Option<DayReport>, Unavailable> {
     let Some(run) = runs.day_run(day, run_id).await? else { return Ok(None) };
     Ok(Some(merge(&run, &runs.parts(day, &run.run_id).await?)))
-}
-
-/// Every kind a day's run can report (all of [`KINDS`]).
-pub fn day_kinds() -> &'static [&'static str] {
-    &KINDS
 }
 
 #[cfg(test)]
