@@ -14,9 +14,7 @@ pub async fn run(config: &SdkConfig) -> Result<(), Error> {
     let queue = SqsReconcilePieces::new(order_core::aws::clients::sqs(config), env("RECONCILE_PIECE_QUEUE_URL")?);
     let (store, queue) = (&store, &queue);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
-        // The schedule's payload is not a request: anything without a day
-        // (the schedule's own body included) means yesterday.
-        let request: DayRequest = serde_json::from_value(event.payload).unwrap_or_default();
+        let request = DayRequest::from_payload(event.payload)?;
         let now = SystemClock.now();
         let run = start_day_run(store, queue, request.day(now), store.shards().sweep_count, now).await?;
         Ok::<_, Error>(serde_json::to_value(&run)?)

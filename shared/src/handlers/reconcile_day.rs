@@ -23,6 +23,16 @@ pub struct DayRequest {
 }
 
 impl DayRequest {
+    /// The invocation's payload: without a `day` (the schedule's own body,
+    /// `{}`), yesterday; with one, that day, and a day that does not parse
+    /// is refused rather than taken for yesterday.
+    pub fn from_payload(payload: serde_json::Value) -> Result<Self, String> {
+        match payload.get("day") {
+            None | Some(serde_json::Value::Null) => Ok(Self::default()),
+            Some(_) => serde_json::from_value(payload).map_err(|e| format!("not a day request: {e}")),
+        }
+    }
+
     /// The day asked for, or the day before `now`'s.
     pub fn day(&self, now: Timestamp) -> Day {
         self.day.unwrap_or_else(|| Day::of(now).previous())
@@ -117,4 +127,21 @@ where
 {
     each_sqs_message(event, |m| async move { piece_message(ports, runs, m.body.as_deref().unwrap_or(""), now).await })
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_request_without_a_day_is_yesterday_and_a_bad_day_is_refused() {
+        let now = Timestamp::parse("2026-12-03T03:00:00Z").unwrap();
+        let scheduled = DayRequest::from_payload(json!({})).unwrap();
+        assert_eq!(scheduled.day(now).to_string(), "2026-12-02");
+        let named = DayRequest::from_payload(json!({"day": "2026-11-20"})).unwrap();
+        assert_eq!(named.day(now).to_string(), "2026-11-20");
+        assert!(DayRequest::from_payload(json!({"day": "20-11-2026"})).is_err());
+        assert!(DayRequest::from_payload(json!("not an object")).is_ok(), "a body that names no day");
+    }
 }
