@@ -333,6 +333,13 @@ pub trait PaymentStore: Send + Sync {
     /// not due any more (another delivery of the same re-drive pushed it).
     async fn redrive_refund(&self, refund: &Refund, now: Timestamp) -> Result<Cas, Unavailable>;
 
+    /// Undoes the [`PaymentStore::redrive_refund`] made at `pushed_at` whose
+    /// request to the refund worker then failed: the refund is due again
+    /// from `pushed_at` (it was due then), so the redelivery of the same
+    /// re-drive sends it. Rejected if the budget is no longer the one that
+    /// push set (another re-drive, or the refund left REFUND_PENDING).
+    async fn undo_refund_redrive(&self, refund: &Refund, pushed_at: Timestamp) -> Result<Cas, Unavailable>;
+
     /// Every order in the table, page by page. Fails on the first row it
     /// cannot decode; reconciliation uses [`Self::scan_snapshot`].
     async fn scan_order_records(&self) -> Result<Vec<OrderRecord>, Unavailable>;
