@@ -193,7 +193,10 @@ where
     let mut response = each_sqs_message_within(event, first_pass_end, |m, until| async move {
         let effect = decode_pending_effect(m.body.as_deref().unwrap_or(""))?;
         match drive(effect.clone(), until).await {
-            Ok(done) => Ok(effect_driven(&effect, &done)),
+            Ok(done) => {
+                effect_driven(&effect, &done);
+                Ok(())
+            }
             Err(e) if Instant::now() >= until => {
                 info!(order_id = %effect.order_id(), trigger = "sweep", effect = ?effect, error = %error_chain(&e), "pending effect ran out of its share; run again with the time kept back");
                 out_of_time_ref.lock().expect("not poisoned").push((m.message_id.clone().unwrap_or_default(), effect));
