@@ -62,8 +62,11 @@ pub struct SweepConfig {
     /// backlog of 100 effects that the consumer had not drained yet drew
     /// 300 messages in three runs. The default is the effects queue's
     /// visibility timeout (template.yaml, PendingEffectsQueue): a message
-    /// taken and failed is redelivered by SQS after it anyway. A refund's
-    /// entry is not moved: its re-drive pushes the refund's own budget.
+    /// taken and failed is redelivered by SQS after it anyway. The price:
+    /// an effect that failed (an outage) is tried again that long after its
+    /// hand-off, not at the next run, and each hand-off of an order's
+    /// effects costs one conditional write more. A refund's entry is not
+    /// moved: its re-drive pushes the refund's own budget.
     pub hand_off_again_after: Duration,
     /// Shards swept at the same time. With every shard at once (32), a
     /// backlog of 10,000 due orders put 16 pages × 100 snoozes in flight
