@@ -287,6 +287,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn only_an_effect_that_ran_out_of_its_share_runs_again_with_the_time_kept_back() {
+        let slow = r#"{"kind":"order_effects","order_id":"ord_slow"}"#;
+        let broken = r#"{"kind":"order_effects","order_id":"ord_broken"}"#;
+        let runs = Mutex::new(Vec::new());
+        let deadline = Instant::now() + Duration::from_secs(8);
+        let response = pending_effects_batch(batch(&[slow, broken]), deadline, |e, until| {
+            let id = e.order_id().as_str().to_owned();
+            let left = until.saturating_duration_since(Instant::now());
+            runs.lock().unwrap().push((id.clone(), left));
+            async move {
+                match id.as_str() {
+                    // Needs 2 s: more than a first-pass share (4 s / 4).
+                    "ord_slow" if left < Duration::from_secs(2) => {
+                        tokio::time::sleep(left).await;
+                        Err(Unavailable::new("settle", "out of this message's time"))
+                    }
+                    "ord_broken" => Err(Unavailable::new("release order", "table unavailable")),
+                    _ => Ok(EffectDriven::RefundNotDue),
+                }
+            }
+        })
+        .await;
+        assert_eq!(failed(response), ["m3"], "the slow one finished in the second pass; the broken one failed");
+        let runs = runs.into_inner().unwrap();
+        let of = |id: &str| runs.iter().filter(|(r, _)| r == id).map(|(_, left)| *left).collect::<Vec<_>>();
+        assert_eq!(of("ord_slow").len(), 2, "{runs:?}");
+        assert!(of("ord_slow")[1] >= Duration::from_secs(2), "the second run has the half kept back: {runs:?}");
+        assert_eq!(of("ord_broken").len(), 1, "a failure inside its share is not run again: {runs:?}");
+    }
+
+    #[tokio::test]
     async fn an_effect_that_keeps_failing_is_a_batch_item_failure_every_time() {
         let body = r#"{"kind":"order_effects","order_id":"ord_stuck"}"#;
         for _receive in 0..3 {
