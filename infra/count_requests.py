@@ -70,6 +70,9 @@ class Invocation:
         self.messages: set[str] = set()
         self.billed_ms = 0
         self.memory_mb = 0
+        # What the function logs (its own lines and Lambda's START/END/
+        # REPORT), without the aws_call lines this measurement adds.
+        self.log_bytes = 0
 
 
 class Function:
@@ -81,10 +84,12 @@ class Function:
         self.by_request: dict[str, Invocation] = collections.defaultdict(Invocation)
 
     def read(self, message: str) -> None:
-        if message.startswith("REPORT RequestId"):
+        if message.startswith(("START RequestId", "END RequestId", "REPORT RequestId")):
             request = message.split()[2]
-            m = REPORT.search(message)
             inv = self.by_request[request]
+            inv.log_bytes += len(message.encode()) + 1
+        if message.startswith("REPORT RequestId"):
+            m = REPORT.search(message)
             inv.messages.add("REPORT")
             if m:
                 inv.billed_ms, inv.memory_mb = int(m.group(1)), int(m.group(2))
@@ -100,7 +105,9 @@ class Function:
         inv = self.by_request[request]
         if line.get("message") == "aws_call":
             inv.calls[f'{line.get("service", "?")}.{line.get("operation", "?")}'] += 1
-        elif isinstance(line.get("message"), str):
+            return
+        inv.log_bytes += len(message.encode()) + 1
+        if isinstance(line.get("message"), str):
             inv.messages.add(line["message"])
 
     def kind(self, inv: Invocation) -> str:
@@ -118,6 +125,7 @@ class Function:
                 part.billed_ms += inv.billed_ms
                 part.memory_mb = inv.memory_mb or part.memory_mb
                 part.calls.update(inv.calls)
+                part.log_bytes += inv.log_bytes
         return part
 
 
@@ -126,6 +134,7 @@ class Part:
         self.invocations = 0
         self.billed_ms = 0
         self.memory_mb = 0
+        self.log_bytes = 0
         self.calls: collections.Counter[str] = collections.Counter()
 
     @property
@@ -154,7 +163,8 @@ def print_part(name: str, f: Part, orders: int) -> None:
     mean = f.billed_ms / f.invocations if f.invocations else 0
     print(f"{name:<24} {f.invocations:>7} inv ({f.invocations / orders:5.2f}/order)  "
           f"mean {mean:6.0f} ms  {f.memory_mb:>5} MB  {f.gb_seconds:9.3f} GB-s  "
-          f"{sum(f.calls.values()):>7} requests ({sum(f.calls.values()) / orders:5.2f}/order)")
+          f"{sum(f.calls.values()):>7} requests ({sum(f.calls.values()) / orders:5.2f}/order)  "
+          f"log {f.log_bytes / orders:6.0f} B/order")
     for op, n in sorted(f.calls.items()):
         print(f"{'':<26}{op:<34} {n:>7}  {n / orders:6.2f}/order")
 
@@ -188,12 +198,14 @@ def main() -> None:
         for op, n in p.calls.items():
             requests[op.split(".")[0]] += n
     gb_s = sum(p.gb_seconds for p in path.values())
+    log_bytes = sum(p.log_bytes for p in path.values())
     if a.json:
         print(json.dumps({
             "orders": a.orders,
             "invocations_per_order": invocations / a.orders,
             "requests_per_order": {k: v / a.orders for k, v in sorted(requests.items())},
             "gb_seconds_per_order": gb_s / a.orders,
+            "log_bytes_per_order": log_bytes / a.orders,
             "functions": {n: {"invocations": p.invocations, "billed_ms": p.billed_ms, "memory_mb": p.memory_mb,
                               "calls": dict(p.calls)} for n, p in path.items()},
         }, indent=2))
@@ -203,7 +215,8 @@ def main() -> None:
         print_part(name, p, a.orders)
     print(f"per order: {invocations / a.orders:.2f} invocations, "
           + ", ".join(f"{svc} {n / a.orders:.2f}" for svc, n in sorted(requests.items()))
-          + f" requests ({sum(requests.values()) / a.orders:.2f} in all), {gb_s / a.orders * 1000:.1f} GB-ms")
+          + f" requests ({sum(requests.values()) / a.orders:.2f} in all), {gb_s / a.orders * 1000:.1f} GB-ms, "
+          f"{log_bytes / a.orders:.0f} log bytes")
     apart = {n: p for n, (w, p) in parts.items() if w == "apart"}
     if apart:
         print("not counted per order (scheduled, the provider's stand-in, the client's reads, the run's setup):")
