@@ -48,6 +48,8 @@ Environment (defaults in brackets)
   LOST_ANSWER_RATE [0]               share (0..0.5) of every function's write calls whose
                                      answer is lost after it was applied (the SDK sends it
                                      again): the loadcheck drill lost-response
+  COUNT_AWS_CALLS [0]                1: every function logs each AWS request it sends
+                                     (infra/count_requests.py counts them per order)
   CLOSING_LEASE_SECONDS [35]         SWEEP_GRACE_SECONDS [5]
   EFFECTS_REDRIVE_AFTER_SECONDS [20] when the sweep re-drives a pending release/settle
   PERSIST_STATE [0]                  1: ministack saves its state on shutdown and loads it
@@ -92,6 +94,7 @@ LOG_LEVEL="${LOG_LEVEL:-info}"
 # backstop's tests finish in minutes.
 FAULT_INJECTION="${FAULT_INJECTION:-on}"
 LOST_ANSWER_RATE="${LOST_ANSWER_RATE:-0}"
+COUNT_AWS_CALLS="${COUNT_AWS_CALLS:-0}"
 CLOSING_LEASE_SECONDS="${CLOSING_LEASE_SECONDS:-35}"
 SWEEP_GRACE_SECONDS="${SWEEP_GRACE_SECONDS:-5}"
 EFFECTS_REDRIVE_AFTER_SECONDS="${EFFECTS_REDRIVE_AFTER_SECONDS:-20}"
@@ -278,6 +281,7 @@ run_deploy() { # args: LocalApiId ApiBaseUrlOverride NotifyApiBaseUrlOverride
     --param Stage=dev \
     --param "FaultInjection=$FAULT_INJECTION" \
     --param "FaultLostAnswerRate=$LOST_ANSWER_RATE" \
+    --param "CountAwsCalls=$COUNT_AWS_CALLS" \
     --param "ClosingLeaseSeconds=$CLOSING_LEASE_SECONDS" \
     --param "SweepGraceSeconds=$SWEEP_GRACE_SECONDS" \
     --param "EffectsRedriveAfterSeconds=$EFFECTS_REDRIVE_AFTER_SECONDS" \
@@ -323,6 +327,7 @@ deploy() {
     echo "PAYMENT_WINDOW_SECONDS=$PAYMENT_WINDOW_SECONDS"
     echo "PERSIST_STATE=${PERSIST_STATE:-0}"
     echo "LOST_ANSWER_RATE=$LOST_ANSWER_RATE"
+    echo "COUNT_AWS_CALLS=$COUNT_AWS_CALLS"
     echo "CLOSING_LEASE_SECONDS=$CLOSING_LEASE_SECONDS"
     echo "SWEEP_GRACE_SECONDS=$SWEEP_GRACE_SECONDS"
     echo "EFFECTS_REDRIVE_AFTER_SECONDS=$EFFECTS_REDRIVE_AFTER_SECONDS"

@@ -333,6 +333,13 @@ pub trait PaymentStore: Send + Sync {
     /// not due any more (another delivery of the same re-drive pushed it).
     async fn redrive_refund(&self, refund: &Refund, now: Timestamp) -> Result<Cas, Unavailable>;
 
+    /// Undoes the [`PaymentStore::redrive_refund`] made at `pushed_at` whose
+    /// request to the refund worker then failed: the refund is due again
+    /// from `pushed_at` (it was due then), so the redelivery of the same
+    /// re-drive sends it. Rejected if the budget is no longer the one that
+    /// push set (another re-drive, or the refund left REFUND_PENDING).
+    async fn undo_refund_redrive(&self, refund: &Refund, pushed_at: Timestamp) -> Result<Cas, Unavailable>;
+
     /// Every order in the table, page by page. Fails on the first row it
     /// cannot decode; reconciliation uses [`Self::scan_snapshot`].
     async fn scan_order_records(&self) -> Result<Vec<OrderRecord>, Unavailable>;
@@ -430,16 +437,18 @@ pub trait DueIndex: Send + Sync {
         limit: u32,
         start: Option<DueCursor>,
     ) -> Result<DuePage, DuePageError>;
-    /// Moves an open order's entry (found by the sweep in `shard`) to
-    /// `until`, if it is still where the sweep found it: a reminder for the
-    /// order is on its way, so the next runs leave the order to it until
-    /// then. Rejected when the order moved meanwhile (final, paid, or a
-    /// closer took or held its lease, which sets the entry itself).
+    /// Moves an order's entry (found by the sweep in `shard`) to `until`,
+    /// if it is still where the sweep found it: a close reminder, or a
+    /// message with its pending effects, is on its way, so the next runs
+    /// leave the order to it until then. Rejected when the order moved
+    /// meanwhile (final, paid, a closer took or held its lease, its effects
+    /// were done: each of which sets or removes the entry itself).
     /// `Some(due)` when moved: the due time the order's own writes gave
     /// it (`expire_at` while PENDING_PAYMENT, the lease's end while
-    /// CLOSING), which a snooze does not restart, so that the sweep's
-    /// oldest-overdue figure keeps growing for an order reminded and left
-    /// open. `None` when refused.
+    /// CLOSING, the effects grace after the final write while CLOSED or
+    /// PAID), which a snooze does not restart, so that the sweep's
+    /// oldest-overdue figures keep growing for an order reminded and left
+    /// open or whose effects keep failing. `None` when refused.
     async fn snooze(&self, shard: &str, entry: &DueEntry, until: Timestamp) -> Result<Option<Timestamp>, Unavailable>;
     async fn sweep_cursors(&self) -> Result<SweepCursors, Unavailable>;
     /// Stores `cursors` if the stored version is still `cursors.version`.

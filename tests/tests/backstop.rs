@@ -563,3 +563,59 @@ async fn a_coupon_lock_another_release_already_ended_counts_as_done_not_as_a_bre
     assert_eq!(w.index_entry(&o.order_id).await, None, "effects done: out of the index, not re-driven forever");
     assert_eq!(w.store.coupon(&coupon.coupon_id).await.unwrap().unwrap().state, CouponState::Available);
 }
+
+/// The FX entries of final orders whose effects were handed on are moved
+/// ahead by `hand_off_again_after` (the effects queue's visibility
+/// timeout), so the runs in between hand nothing on again; the figure the
+/// pending-effect alarm watches still counts from the due time the final
+/// write gave the entry (`closed_at` / `paid_at` + the effects grace); and
+/// a move of an entry read before the effects were done is refused, as
+/// for open orders.
+#[tokio::test]
+async fn an_effects_entry_handed_on_is_left_to_its_message_and_a_stale_move_of_it_is_refused() {
+    let w = World::new().await;
+    let closed = w.order().await;
+    let paid = w.order().await;
+    let a = w.with_attempt(&paid).await;
+    w.clock.set(T0 + 60_000);
+    assert_eq!(w.closer().close(&closed.order_id, "t").await.unwrap(), CloseOutcome::Closed);
+    let paid_now = w.store.order(&paid.order_id).await.unwrap().unwrap();
+    let ev = Evidence { at: w.clock.now(), source: "n".into(), status: PaymentStatus::Succeeded, detail: None };
+    assert_eq!(w.store.settle_success(&paid_now, &a, "tx1", ev, None, "").await.unwrap(), SettleResult::Paid);
+    let own_due = w.clock.now().plus(order_core::aws::dynamo::DEFAULT_EFFECTS_GRACE);
+
+    w.clock.set(own_due.unix_millis() + 1_000);
+    let (r, calls) = w.sweep(&cfg()).await;
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(r.effects_snoozed, 2);
+    let until = w.clock.now().plus(cfg().hand_off_again_after);
+    for o in [&closed, &paid] {
+        let (shard, due_at) = w.index_entry(&o.order_id).await.unwrap();
+        assert_eq!(shard, keys::effects_shard(&o.order_id, w.store.shards().count), "still an effects entry");
+        assert_eq!(due_at, until.to_string(), "moved ahead by hand_off_again_after");
+    }
+    // Runs while the messages are queued or in flight hand nothing on.
+    for minute in 1..=2 {
+        w.clock.set(own_due.unix_millis() + 1_000 + minute * 60_000);
+        let (r, calls) = w.sweep(&cfg()).await;
+        assert!(calls.is_empty() && r.found() == 0, "minute {minute}: {calls:?}");
+    }
+    // Still pending once the time is up: handed on again, its age counted
+    // from the final write's due time, not from the snooze.
+    w.clock.set(until.unix_millis() + 1_000);
+    let (r, calls) = w.sweep(&cfg()).await;
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(r.oldest_effect_overdue, own_due.until(w.clock.now()), "{r:?}");
+
+    // A run reads the closed order's entry; its release is done meanwhile
+    // (the entry removed); the run's move is refused and adds no entry.
+    w.clock.set(w.clock.now().unix_millis() + cfg().hand_off_again_after.as_millis() as i64 + 1_000);
+    let shard = keys::effects_shard(&closed.order_id, w.store.shards().count);
+    let page = w.store.due_page(&shard, w.clock.now(), 100, None).await.unwrap();
+    let stale = page.entries.into_iter().find(|e| e.item == DueItem::OrderEffects(closed.order_id.clone())).unwrap();
+    release_order(&w.store, &w.clock, &closed.order_id).await.unwrap();
+    assert_eq!(w.index_entry(&closed.order_id).await, None, "effects done: out of the index");
+    let later = w.clock.now().plus(Duration::from_secs(180));
+    assert_eq!(w.store.snooze(&shard, &stale, later).await.unwrap(), None, "refused");
+    assert_eq!(w.index_entry(&closed.order_id).await, None, "the stale move did not bring it back");
+}

@@ -286,3 +286,89 @@ async fn a_settle_batch_hands_back_the_order_whose_other_payment_could_not_be_cl
     let plain = w.record(&plain).await;
     assert!(plain.reservations.iter().all(|r| r.status == ReservationStatus::Confirmed), "the other settle ran");
 }
+
+/// A channel that answers, slowly: every question takes `delay` ("not
+/// found"), closing answers at once.
+#[derive(Clone)]
+struct SlowChannel {
+    delay: Duration,
+}
+#[async_trait::async_trait]
+impl PaymentChannel for SlowChannel {
+    async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<OpenedPayment, Unavailable> {
+        Ok(OpenedPayment::default())
+    }
+    async fn query(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
+        tokio::time::sleep(self.delay).await;
+        Ok(ChannelPayment::NotFound)
+    }
+    async fn cancel(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
+        Ok(ChannelPayment::Failed)
+    }
+    async fn refund(&self, _: &PaymentAttempt, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
+        Ok(RefundResult::Failed("not here".into()))
+    }
+}
+
+struct NoRefunds;
+#[async_trait::async_trait]
+impl RefundRequests for NoRefunds {
+    async fn request_refund(&self, _: &OrderId, _: &PaymentId) -> Result<(), Unavailable> {
+        unreachable!("no refund in this batch")
+    }
+}
+
+/// A settle re-driven by the backstop (drive-effects) in a full batch of
+/// ten, while the channel takes 3 s to answer about the order's other
+/// payment. A fair share of the batch's 20 s is 2 s, so the settle used to
+/// be handed back on every receive until its message reached the DLQ; it
+/// now runs again with the half of the invocation kept back for such
+/// effects, and finishes.
+#[tokio::test]
+async fn a_settle_in_a_full_effects_batch_gets_the_time_to_close_a_slow_channels_payment() {
+    use order_core::handlers::effects::pending_effects_batch;
+    use order_core::usecases::pending_effects::{drive_pending_effect, EffectPorts};
+    let w = World::new().await;
+    let (order, first) = w.order(true).await;
+    let first = first.unwrap();
+    let second = w.attempt(&order).await;
+    let o = w.store.order(&order.order_id).await.unwrap().unwrap();
+    let ev = Evidence { at: o.created_at, source: "t".into(), status: PaymentStatus::Succeeded, detail: None };
+    assert_eq!(w.store.settle_success(&o, &second, "tx-2", ev, None, "n").await.unwrap(), SettleResult::Paid);
+    // The settle, then nine effects that take no time (orders that are
+    // gone: a full batch's other messages).
+    let mut bodies = vec![json!({"kind": "order_effects", "order_id": order.order_id})];
+    bodies.extend((0..9).map(|i| json!({"kind": "order_effects", "order_id": format!("ord_gone{i}")})));
+    let mut event = SqsEvent::default();
+    event.records = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let mut m = SqsMessage::default();
+            m.message_id = Some(format!("m{i}"));
+            m.body = Some(b.to_string());
+            m
+        })
+        .collect();
+    let (channel, wakeups) = (SlowChannel { delay: Duration::from_secs(3) }, RecordedWakeUps::default());
+    let ports =
+        EffectPorts { store: &w.store, wakeups: &wakeups, channel: &channel, refunds: &NoRefunds, clock: &w.clock };
+    let started = Instant::now();
+    let response = bounded(
+        "effects batch",
+        pending_effects_batch(event, started + Duration::from_secs(20), |effect, until| {
+            let ports = &ports;
+            async move { drive_pending_effect(ports, &effect, Some(until)).await }
+        }),
+    )
+    .await;
+    let took = started.elapsed();
+    let failed: Vec<&str> = response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();
+    println!("effects batch after {took:?}, handed back {failed:?}");
+    assert!(failed.is_empty(), "the settle finished: {failed:?}");
+    assert!(took < Duration::from_secs(20) + SLACK, "{took:?}");
+    let rec = w.record(&order).await;
+    let other = rec.payments.iter().find(|p| p.payment_id == first.payment_id).unwrap();
+    assert_eq!(other.status, PaymentStatus::Failed, "the other payment closed at the channel");
+    assert!(rec.reservations.iter().all(|r| r.status == ReservationStatus::Confirmed), "the stock is sold");
+}

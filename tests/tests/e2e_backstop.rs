@@ -216,10 +216,14 @@ async fn a_release_that_fails_for_a_while_is_pending_meanwhile_then_done_exactly
     assert_eq!(pending["held"]["reservations"][0]["qty"], 2, "{pending}");
     assert_eq!(api.stock(&sku).await["reserved"], 2, "nothing released while the release fails");
     let t = Instant::now();
-    let done = admin_until(&api, &id, "the backstop's release", Duration::from_secs(45) + sweep_bound(), |v| {
-        v["held"]["effects_pending"] == false
-    })
-    .await;
+    // A hand-off made while the release still fails is tried again only
+    // after PendingEffectsQueue's visibility timeout (the message's
+    // redelivery) or the sweep's `hand_off_again_after` (the next hand-off),
+    // both 180 s: the entry is moved that far ahead after each hand-off, so
+    // the runs in between do not hand the effect on again.
+    const HAND_OFF_AGAIN_AFTER: Duration = Duration::from_secs(180);
+    let bound = Duration::from_secs(45) + HAND_OFF_AGAIN_AFTER + sweep_bound();
+    let done = admin_until(&api, &id, "the backstop's release", bound, |v| v["held"]["effects_pending"] == false).await;
     println!(
         "release failing until {until}: released {:.1} s after CLOSED, {:.1} s after the fault ended \
          ({:.1} s after it was first seen pending)",

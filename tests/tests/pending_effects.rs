@@ -177,6 +177,18 @@ impl PaymentStore for MemoryStore {
         *due = now.plus(order_core::usecases::refunds::REFUND_REDRIVE_AFTER);
         Ok(Cas::Applied)
     }
+    async fn undo_refund_redrive(&self, refund: &Refund, pushed_at: Timestamp) -> Result<Cas, Unavailable> {
+        let mut t = self.0.lock().unwrap();
+        let Some((r, due)) = t.refunds.get_mut(&refund.payment_id) else { return Ok(Cas::Rejected) };
+        // The table's condition: still pending, and the budget that push set.
+        if r.status != RefundStatus::RefundPending
+            || *due != pushed_at.plus(order_core::usecases::refunds::REFUND_REDRIVE_AFTER)
+        {
+            return Ok(Cas::Rejected);
+        }
+        *due = pushed_at;
+        Ok(Cas::Applied)
+    }
     async fn record_keyed_attempt(
         &self,
         _: &Order,
@@ -307,6 +319,49 @@ async fn a_duplicate_refund_redrive_message_queues_the_refund_once() {
     assert_eq!(store.snapshot(), after_first, "the duplicate changed nothing");
 }
 
+/// The refund worker's queue refusing the first request, counting the rest.
+#[derive(Clone, Default)]
+struct RefundQueueDownOnce(Arc<Mutex<(bool, usize)>>);
+
+#[async_trait]
+impl RefundRequests for RefundQueueDownOnce {
+    async fn request_refund(&self, _: &OrderId, _: &PaymentId) -> Result<(), Unavailable> {
+        let mut s = self.0.lock().unwrap();
+        if !s.0 {
+            s.0 = true;
+            return Err(Unavailable::new("send refund", "queue unavailable"));
+        }
+        s.1 += 1;
+        Ok(())
+    }
+}
+
+impl RefundQueueDownOnce {
+    fn sent(&self) -> usize {
+        self.0.lock().unwrap().1
+    }
+}
+
+/// The re-drive pushes the refund's budget, then the send to RefundQueue
+/// fails, so the message fails and comes back after the queue's
+/// visibility timeout. It used to find the refund "not due" (the budget
+/// pushed) and be acknowledged: nothing queued until the pushed budget
+/// (15 min) had passed and the sweep handed the refund on again.
+#[tokio::test]
+async fn a_refund_redrive_whose_send_failed_is_requested_on_the_redelivery() {
+    let (store, order_id, payment_id) = closed_order_with_a_pending_refund();
+    let (refunds, clock) = (RefundQueueDownOnce::default(), FixedClock::at(T0 + 60_000));
+    let (wakeups, channel) = (RecordedWakeUps::default(), ScriptedChannel::default());
+    let ports = EffectPorts { store: &store, wakeups: &wakeups, channel: &channel, refunds: &refunds, clock: &clock };
+    let effect = PendingEffect::Refund(order_id, payment_id);
+    assert!(drive_pending_effect(&ports, &effect, None).await.is_err(), "the send failed: the message fails");
+    clock.set(T0 + 60_000 + 180_000); // the queue's visibility timeout later
+    let again = drive_pending_effect(&ports, &effect, None).await.unwrap();
+    assert_eq!(again, EffectDriven::RefundRequested, "the redelivery requests the refund");
+    assert_eq!(refunds.sent(), 1);
+    assert_eq!(drive_pending_effect(&ports, &effect, None).await.unwrap(), EffectDriven::RefundNotDue, "once");
+}
+
 // ------------------------------------------------------------- DynamoDB Local
 
 /// An order created at T0 with 3 of SKU A (stock 1,000), closed unpaid at
@@ -399,12 +454,11 @@ async fn a_batch_holding_the_same_order_effects_message_twice_releases_the_stock
     assert!(reports[1].contains("moved: 0") && reports[1].contains("already: 1"), "{reports:?}");
 }
 
-#[tokio::test]
-async fn a_duplicate_refund_redrive_on_the_table_pushes_the_budget_once_and_queues_the_refund_once() {
+/// A late payment's refund on the table, REFUND_PENDING and past its retry
+/// budget by 30 s at `clock`.
+async fn late_refund_past_its_budget(store: &DynamoStore, clock: &FixedClock) -> Refund {
     use order_core::usecases::refunds::REFUND_REDRIVE_AFTER;
-    let store = fresh_table(&dynamodb_local().await).await;
-    system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 10, &eur(100)).await.unwrap();
-    let clock = FixedClock::at(T0);
+    system_tests::fixtures::seed_stock(store, &Sku::parse("A").unwrap(), 10, &eur(100)).await.unwrap();
     let creator = CreateOrder {
         store: store.clone(),
         clock: Box::new(clock.clone()),
@@ -428,18 +482,46 @@ async fn a_duplicate_refund_redrive_on_the_table_pushes_the_budget_once_and_queu
     let evidence = Evidence { at: clock.now(), source: "late".into(), status: PaymentStatus::Succeeded, detail: None };
     let settled = store.settle_success(&closed, &attempt, "txn-late", evidence, None, "refunded").await.unwrap();
     assert_eq!(settled, SettleResult::RefundPending);
-    let order_id = order.order_id.clone();
+    let refund = store.refund(&order.order_id, &attempt.payment_id).await.unwrap().unwrap();
+    clock.set(refund.created_at.plus(REFUND_REDRIVE_AFTER).plus(Duration::from_secs(30)).unix_millis());
+    refund
+}
+
+#[tokio::test]
+async fn a_duplicate_refund_redrive_on_the_table_pushes_the_budget_once_and_queues_the_refund_once() {
+    let store = fresh_table(&dynamodb_local().await).await;
+    let clock = FixedClock::at(T0);
     // Past its retry budget: the sweep hands it on, twice (two runs, or a
     // redelivery), and both messages are delivered.
-    let refund = store.refund(&order_id, &attempt.payment_id).await.unwrap().unwrap();
-    clock.set(refund.created_at.plus(REFUND_REDRIVE_AFTER).plus(Duration::from_secs(30)).unix_millis());
+    let refund = late_refund_past_its_budget(&store, &clock).await;
+    let (order_id, payment_id) = (refund.order_id.clone(), refund.payment_id.clone());
     let (refunds, wakeups, channel) =
         (RequestedRefunds::default(), RecordedWakeUps::default(), ScriptedChannel::default());
     let ports = EffectPorts { store: &store, wakeups: &wakeups, channel: &channel, refunds: &refunds, clock: &clock };
-    let effect = PendingEffect::Refund(order_id, attempt.payment_id.clone());
+    let effect = PendingEffect::Refund(order_id, payment_id);
     assert_eq!(drive_pending_effect(&ports, &effect, None).await.unwrap(), EffectDriven::RefundRequested);
     assert_eq!(drive_pending_effect(&ports, &effect, None).await.unwrap(), EffectDriven::RefundNotDue);
     assert_eq!(refunds.count(), 1, "one refund request for two deliveries");
     // The store's own condition says why: the budget was pushed once.
     assert_eq!(store.redrive_refund(&refund, clock.now()).await.unwrap(), Cas::Rejected, "not due any more");
+}
+
+#[tokio::test]
+async fn a_refund_redrive_whose_send_failed_is_requested_on_the_redelivery_on_the_table() {
+    let store = fresh_table(&dynamodb_local().await).await;
+    let clock = FixedClock::at(T0);
+    let refund = late_refund_past_its_budget(&store, &clock).await;
+    let (refunds, wakeups, channel) =
+        (RefundQueueDownOnce::default(), RecordedWakeUps::default(), ScriptedChannel::default());
+    let ports = EffectPorts { store: &store, wakeups: &wakeups, channel: &channel, refunds: &refunds, clock: &clock };
+    let effect = PendingEffect::Refund(refund.order_id.clone(), refund.payment_id.clone());
+    assert!(drive_pending_effect(&ports, &effect, None).await.is_err(), "the send failed: the message fails");
+    // The budget is due again (the push undone by its own condition), so
+    // the redelivery, a visibility timeout later, sends the refund.
+    clock.set(clock.now().unix_millis() + 180_000);
+    assert_eq!(drive_pending_effect(&ports, &effect, None).await.unwrap(), EffectDriven::RefundRequested);
+    assert_eq!(refunds.sent(), 1);
+    assert_eq!(drive_pending_effect(&ports, &effect, None).await.unwrap(), EffectDriven::RefundNotDue, "once");
+    // An undo of a push that is not the current one changes nothing.
+    assert_eq!(store.undo_refund_redrive(&refund, Timestamp::from_unix_millis(T0)).await.unwrap(), Cas::Rejected);
 }

@@ -523,3 +523,33 @@ async fn ten_thousand_due_orders_are_drained_by_the_sweep_alone_within_its_bound
         bound(&cfg)
     );
 }
+
+/// A pending effect handed to the effects queue is not handed on again by
+/// the runs while its first message is still queued or in flight: its
+/// entry is moved ahead by `hand_off_again_after` (the queue's visibility
+/// timeout), as a reminded open order's is. 100 pending effects the
+/// consumer has not drained yet and three runs a minute apart used to send
+/// 300 messages; a run once that time is up hands each on again.
+#[tokio::test]
+async fn a_pending_effect_is_handed_off_once_per_visibility_timeout_not_once_per_run() {
+    let index = MemoryIndex::default();
+    let due = Timestamp::from_unix_millis(T0);
+    {
+        let mut shards = index.shards.lock().unwrap();
+        for i in 0..100 {
+            let id = OrderId::parse(format!("ord_fx{i:03}")).unwrap();
+            shards.entry(format!("FX#{}", i % 16)).or_default().push((id, due));
+        }
+    }
+    let redrive = Reminded::default();
+    let cfg = SweepConfig::default();
+    let handed = || redrive.handed_off.lock().unwrap().iter().sum::<usize>();
+    for run in 0..3 {
+        let clock = FixedClock::at(T0 + 1_000 + run * 60_000);
+        sweep(&index, &redrive, &clock, &cfg).await.unwrap();
+    }
+    assert_eq!(handed(), 100, "each effect handed on once within the queue's visibility timeout");
+    let clock = FixedClock::at(T0 + 1_000 + cfg.hand_off_again_after.as_millis() as i64 + 1_000);
+    sweep(&index, &redrive, &clock, &cfg).await.unwrap();
+    assert_eq!(handed(), 200, "still pending once the time is up: handed on again");
+}

@@ -81,3 +81,32 @@ fn the_sweep_hands_pending_effects_to_the_queue_and_no_longer_drives_them() {
         assert!(!role.contains(driven), "the sweep no longer runs settle or release itself: {driven} granted");
     }
 }
+
+/// drive-effects names a failed effect in its batch response, so the
+/// invocation succeeds and Lambda's `Errors` stays 0 however many effects
+/// fail: the alarm that says "pending effects are failing" watches the
+/// `EffectFailed` metric the handler emits for them (Effect=backstop).
+#[test]
+fn a_failed_pending_effect_raises_an_alarm_on_effect_failed_backstop_with_a_runbook() {
+    let t = translated();
+    let alarms: Vec<&String> = of_type(&t, "AWS::CloudWatch::Alarm")
+        .into_iter()
+        .filter(|(_, a)| {
+            let p = &a["Properties"];
+            let dims = p["Dimensions"].as_array().cloned().unwrap_or_default();
+            p["Namespace"] == "OrderExpiry"
+                && p["MetricName"] == "EffectFailed"
+                && dims.iter().any(|d| d["Name"] == "Effect" && d["Value"] == "backstop")
+                && dims.iter().any(|d| d["Name"] == "Stack")
+                && p["Threshold"] == 0
+                && p["ComparisonOperator"] == "GreaterThanThreshold"
+                && p["AlarmActions"].as_array().is_some_and(|a| !a.is_empty())
+        })
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(alarms, ["DriveEffectsFailedAlarm"], "one alarm on failed pending effects");
+    let runbooks = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/runbooks.md")).unwrap();
+    assert!(runbooks.lines().any(|l| l.trim() == "### DriveEffectsFailedAlarm"), "its runbook entry");
+    let handler = include_str!("../../shared/src/handlers/effects.rs");
+    assert!(handler.contains(r#"EFFECT_FAILED.emit(1.0, &["backstop"])"#), "the metric drive-effects emits");
+}

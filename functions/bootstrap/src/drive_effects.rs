@@ -27,8 +27,10 @@ pub async fn run(config: &SdkConfig) -> Result<(), Error> {
         EffectPorts { store: &store, wakeups: &wakeups, channel: &channel, refunds: &refunds, clock: &SystemClock };
     let ports = &ports;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
-        // As settle-order: each message gets its share of what is left
-        // before Lambda's deadline (a settle may ask the channel).
+        // Each message gets its share of half of what is left before
+        // Lambda's deadline; the other half is for the effects that ran
+        // out of their share (a settle asking a slow channel), see
+        // `pending_effects_batch`.
         let deadline = invocation_deadline(event.context.deadline, INVOCATION_MARGIN);
         Ok::<_, Error>(
             pending_effects_batch(event.payload, deadline, |effect, until| async move {

@@ -2,7 +2,10 @@
 //! [`super::sdk_config`]. With the `lost-response` drill on
 //! ([`crate::faults::lost_answer_rate`], dev only), each client loses the
 //! answers of that share of its write calls ([`super::lost_answers`]).
+//! With `COUNT_AWS_CALLS=1` each client logs every request it sends
+//! ([`super::call_count`]), to count requests per order.
 
+use super::call_count::CallCount;
 use super::lost_answers::{LostAnswers, DYNAMODB_WRITES, EVENTBRIDGE_WRITES, SCHEDULER_WRITES, SQS_WRITES};
 use aws_config::SdkConfig;
 use tracing::warn;
@@ -18,6 +21,9 @@ pub fn dynamodb(config: &SdkConfig) -> aws_sdk_dynamodb::Client {
     if let Some(lost) = drill("dynamodb", &DYNAMODB_WRITES) {
         conf = conf.interceptor(lost);
     }
+    if let Some(count) = CallCount::from_env() {
+        conf = conf.interceptor(count);
+    }
     aws_sdk_dynamodb::Client::from_conf(conf.build())
 }
 
@@ -25,6 +31,9 @@ pub fn sqs(config: &SdkConfig) -> aws_sdk_sqs::Client {
     let mut conf = aws_sdk_sqs::config::Builder::from(config);
     if let Some(lost) = drill("sqs", &SQS_WRITES) {
         conf = conf.interceptor(lost);
+    }
+    if let Some(count) = CallCount::from_env() {
+        conf = conf.interceptor(count);
     }
     aws_sdk_sqs::Client::from_conf(conf.build())
 }
@@ -34,6 +43,9 @@ pub fn scheduler(config: &SdkConfig) -> aws_sdk_scheduler::Client {
     if let Some(lost) = drill("scheduler", &SCHEDULER_WRITES) {
         conf = conf.interceptor(lost);
     }
+    if let Some(count) = CallCount::from_env() {
+        conf = conf.interceptor(count);
+    }
     aws_sdk_scheduler::Client::from_conf(conf.build())
 }
 
@@ -41,6 +53,9 @@ pub fn eventbridge(config: &SdkConfig) -> aws_sdk_eventbridge::Client {
     let mut conf = aws_sdk_eventbridge::config::Builder::from(config);
     if let Some(lost) = drill("eventbridge", &EVENTBRIDGE_WRITES) {
         conf = conf.interceptor(lost);
+    }
+    if let Some(count) = CallCount::from_env() {
+        conf = conf.interceptor(count);
     }
     aws_sdk_eventbridge::Client::from_conf(conf.build())
 }

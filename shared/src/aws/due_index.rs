@@ -29,14 +29,18 @@ pub fn due_item(pk: &str, sk: &str) -> DueItem {
     }
 }
 
-/// The due time an open order's own writes give its entry: the lease's end
+/// The due time an order's own writes give its entry: the lease's end
 /// while CLOSING (begin / resume / hold), `expire_at` while PENDING_PAYMENT
-/// (create). `None` for an image without them.
-fn own_due_time(order: &Item) -> Option<Timestamp> {
+/// (create), and while CLOSED or PAID the final write's time plus the
+/// effects grace (`closed_at` / `paid_at` + `effects_grace`, the `:fx_due`
+/// of [`DynamoStore::effects_entry`]). `None` for an image without them.
+fn own_due_time(order: &Item, effects_grace: std::time::Duration) -> Option<Timestamp> {
     let text = |v: Option<&Av>| v.and_then(|v| v.as_s().ok()).and_then(|t| Timestamp::parse(t).ok());
     match order.get("status").and_then(|v| v.as_s().ok()).map(String::as_str) {
         Some("CLOSING") => text(order.get("closing").and_then(|c| c.as_m().ok()).and_then(|c| c.get("lease_until"))),
         Some("PENDING_PAYMENT") => text(order.get("expire_at")),
+        Some("CLOSED") => text(order.get("closed_at")).map(|at| at.plus(effects_grace)),
+        Some("PAID") => text(order.get("paid_at")).map(|at| at.plus(effects_grace)),
         _ => None,
     }
 }
@@ -131,7 +135,8 @@ impl DueIndex for DynamoStore {
         };
         // The condition compares the stored strings: the entry is exactly
         // the one the sweep read (same shard, same due time), so a lease
-        // taken or held since, or a final write, is never overwritten.
+        // taken or held since, a final write, or (for an effects entry)
+        // the effects done, which removes it, is never overwritten.
         let res = self
             .client()
             .update_item()
@@ -149,7 +154,11 @@ impl DueIndex for DynamoStore {
             .send()
             .await;
         match res {
-            Ok(out) => Ok(Some(own_due_time(out.attributes().unwrap_or(&Default::default())).unwrap_or(entry.due_at))),
+            Ok(out) => {
+                let none = Item::new();
+                let old = out.attributes().unwrap_or(&none);
+                Ok(Some(own_due_time(old, self.effects_grace()).unwrap_or(entry.due_at)))
+            }
             Err(e) if super::dynamo::is_condition_failure(&e) => Ok(None),
             Err(e) => Err(Unavailable::new("snooze a due-index entry", e)),
         }

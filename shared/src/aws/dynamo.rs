@@ -324,6 +324,10 @@ impl DynamoStore {
             .with_shards(DueShards::from_env()?)
             .with_effects_grace(grace))
     }
+    /// How long after its final write an order's effects entry is due.
+    pub(crate) fn effects_grace(&self) -> Duration {
+        self.effects_grace
+    }
     pub fn with_effects_grace(mut self, grace: Duration) -> Self {
         self.effects_grace = grace;
         self

@@ -563,6 +563,23 @@ impl PaymentStore for DynamoStore {
         self.cas(req, "redrive refund").await
     }
 
+    async fn undo_refund_redrive(&self, refund: &Refund, pushed_at: Timestamp) -> Result<Cas, Unavailable> {
+        let req = self
+            .client()
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(key(keys::order(&refund.order_id), &keys::refund_sk(&refund.payment_id))))
+            .update_expression("SET due_at = :before")
+            // Only the budget that push set: a later re-drive's, or a refund
+            // that left REFUND_PENDING (and the effects shard), stays as is.
+            .condition_expression("#status = :pending AND due_at = :pushed")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":pending", s(RefundStatus::RefundPending.as_str()))
+            .expression_attribute_values(":pushed", s(pushed_at.plus(REFUND_REDRIVE_AFTER).to_string()))
+            .expression_attribute_values(":before", s(pushed_at.to_string()));
+        self.cas(req, "undo refund redrive").await
+    }
+
     async fn scan_order_records(&self) -> Result<Vec<OrderRecord>, Unavailable> {
         let mut by_order: std::collections::BTreeMap<String, Vec<Item>> = Default::default();
         let mut start = None;

@@ -14,7 +14,7 @@
 //! it can be redriven once they agree, and the effect itself is never
 //! lost, since its index entry stays due until the use case settles it.
 
-use super::batch::each_sqs_message_within;
+use super::batch::{each_sqs_message_within, MIN_MESSAGE_SHARE};
 use crate::aws::queue::PendingEffectMessage;
 use crate::domain::OrderId;
 use crate::error::error_chain;
@@ -24,7 +24,7 @@ use crate::store::{OrderStore, PaymentStore};
 use crate::usecases::pending_effects::EffectDriven;
 use crate::usecases::release_order::{release_order, settle_order_until};
 use crate::usecases::schedule_wakeup::schedule_wake_up;
-use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::time::Instant;
@@ -158,31 +158,84 @@ pub fn decode_pending_effect(body: &str) -> Result<PendingEffect, String> {
 }
 
 /// The effects queue's batch: each message decoded and handed to `drive`
-/// (the pending-effect use case, with its share of the invocation until
-/// `deadline`). Only the messages that failed are named in the answer, so a
-/// poison message comes back alone, and after `maxReceiveCount` receives
-/// reaches the DLQ, while the rest of its batch is done.
+/// (the pending-effect use case) with a deadline of its own. Only the
+/// messages that failed are named in the answer, so a poison message comes
+/// back alone, and after `maxReceiveCount` receives reaches the DLQ, while
+/// the rest of its batch is done.
+///
+/// Time, in two passes. A settle asks the channel to close the order's
+/// other payments, which can take a Stripe call's operation bound (9 s);
+/// a batch of 10 sharing the invocation fairly (as settle-order's does)
+/// gives each message 2.85 s, so with a slow channel such a settle was
+/// handed back on every receive until it reached the DLQ, although nothing
+/// was wrong but the time. Releases and refunds ask no channel and take
+/// milliseconds. So the first pass shares only half of the invocation
+/// among the messages; an effect that failed at or after its share's end
+/// (it ran out of time; store-only effects never do, unless the store was
+/// that slow, and a retry of those is harmless) is not failed but run
+/// again in the second pass, one after the other, each with all the time
+/// that is left: the first gets at least the half kept back, so a batch
+/// always finishes a settle whose channel answers within that. Those still
+/// unfinished come back as before. Not chosen: one message per batch for
+/// settles (the mapping cannot tell a settle from a release, and a
+/// backlog of releases would drain ten times slower), or re-sending a
+/// message that made progress (a channel slower than a share makes none).
 pub async fn pending_effects_batch<F, Fut>(event: SqsEvent, deadline: Instant, drive: F) -> SqsBatchResponse
 where
     F: Fn(PendingEffect, Instant) -> Fut,
     Fut: Future<Output = Result<EffectDriven, Unavailable>>,
 {
     let drive = &drive;
-    each_sqs_message_within(event, deadline, |m, until| async move {
+    let now = Instant::now();
+    let first_pass_end = now + deadline.saturating_duration_since(now) / 2;
+    let out_of_time = std::sync::Mutex::new(Vec::new());
+    let out_of_time_ref = &out_of_time;
+    let mut response = each_sqs_message_within(event, first_pass_end, |m, until| async move {
         let effect = decode_pending_effect(m.body.as_deref().unwrap_or(""))?;
         match drive(effect.clone(), until).await {
             Ok(done) => {
-                info!(order_id = %effect.order_id(), trigger = "sweep", outcome = "effect_driven", effect = ?effect, result = ?done, "pending effect driven");
+                effect_driven(&effect, &done);
                 Ok(())
             }
-            Err(e) => {
-                warn!(order_id = %effect.order_id(), trigger = "sweep", effect = ?effect, error = %error_chain(&e), "pending effect failed; its message comes back");
-                metrics::EFFECT_FAILED.emit(1.0, &["backstop"]);
-                Err(error_chain(&e))
+            Err(e) if Instant::now() >= until => {
+                info!(order_id = %effect.order_id(), trigger = "sweep", effect = ?effect, error = %error_chain(&e), "pending effect ran out of its share; run again with the time kept back");
+                out_of_time_ref.lock().expect("not poisoned").push((m.message_id.clone().unwrap_or_default(), effect));
+                Ok(())
             }
+            Err(e) => Err(pending_effect_failed(&effect, &e)),
         }
     })
-    .await
+    .await;
+    for (id, effect) in out_of_time.into_inner().expect("not poisoned") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let outcome = if left < MIN_MESSAGE_SHARE {
+            Err(format!("not run again: {} ms left in the invocation", left.as_millis()))
+        } else {
+            drive(effect.clone(), deadline)
+                .await
+                .map(|done| effect_driven(&effect, &done))
+                .map_err(|e| pending_effect_failed(&effect, &e))
+        };
+        if let Err(e) = outcome {
+            error!(message_id = %id, error = %e, "message failed; will be retried");
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = id;
+            response.batch_item_failures.push(failure);
+        }
+    }
+    response
+}
+
+fn effect_driven(effect: &PendingEffect, done: &EffectDriven) {
+    info!(order_id = %effect.order_id(), trigger = "sweep", outcome = "effect_driven", effect = ?effect, result = ?done, "pending effect driven");
+}
+
+/// A pending effect that failed: its message comes back (counted as
+/// `EffectFailed`, Effect=backstop, which DriveEffectsFailedAlarm watches).
+fn pending_effect_failed(effect: &PendingEffect, e: &Unavailable) -> String {
+    warn!(order_id = %effect.order_id(), trigger = "sweep", effect = ?effect, error = %error_chain(e), "pending effect failed; its message comes back");
+    metrics::EFFECT_FAILED.emit(1.0, &["backstop"]);
+    error_chain(e)
 }
 
 #[cfg(test)]
@@ -231,6 +284,37 @@ mod tests {
         let driven = driven.into_inner().unwrap();
         assert_eq!(driven.len(), 2, "the fixture's two effects still ran: {driven:?}");
         assert!(matches!(driven[0], PendingEffect::Order(_)) && matches!(driven[1], PendingEffect::Refund(..)));
+    }
+
+    #[tokio::test]
+    async fn only_an_effect_that_ran_out_of_its_share_runs_again_with_the_time_kept_back() {
+        let slow = r#"{"kind":"order_effects","order_id":"ord_slow"}"#;
+        let broken = r#"{"kind":"order_effects","order_id":"ord_broken"}"#;
+        let runs = Mutex::new(Vec::new());
+        let deadline = Instant::now() + Duration::from_secs(8);
+        let response = pending_effects_batch(batch(&[slow, broken]), deadline, |e, until| {
+            let id = e.order_id().as_str().to_owned();
+            let left = until.saturating_duration_since(Instant::now());
+            runs.lock().unwrap().push((id.clone(), left));
+            async move {
+                match id.as_str() {
+                    // Needs 2 s: more than a first-pass share (4 s / 4).
+                    "ord_slow" if left < Duration::from_secs(2) => {
+                        tokio::time::sleep(left).await;
+                        Err(Unavailable::new("settle", "out of this message's time"))
+                    }
+                    "ord_broken" => Err(Unavailable::new("release order", "table unavailable")),
+                    _ => Ok(EffectDriven::RefundNotDue),
+                }
+            }
+        })
+        .await;
+        assert_eq!(failed(response), ["m3"], "the slow one finished in the second pass; the broken one failed");
+        let runs = runs.into_inner().unwrap();
+        let of = |id: &str| runs.iter().filter(|(r, _)| r == id).map(|(_, left)| *left).collect::<Vec<_>>();
+        assert_eq!(of("ord_slow").len(), 2, "{runs:?}");
+        assert!(of("ord_slow")[1] >= Duration::from_secs(2), "the second run has the half kept back: {runs:?}");
+        assert_eq!(of("ord_broken").len(), 1, "a failure inside its share is not run again: {runs:?}");
     }
 
     #[tokio::test]

@@ -11,7 +11,8 @@
 //! - a refund: handed back to the refund worker, which owns its tries,
 //!   backoff and give-up, once per retry budget. The budget is pushed by a
 //!   write conditional on the refund being REFUND_PENDING and still due,
-//!   so a second delivery of the same re-drive queues nothing.
+//!   so a second delivery of the same re-drive queues nothing; a push
+//!   whose send failed is undone, so the redelivery sends.
 //!
 //! A failure is returned: the message comes back after the queue's
 //! visibility timeout and, after `maxReceiveCount` receives, lands in the
@@ -19,10 +20,11 @@
 //! the next sweep hands the effect on again.
 
 use crate::domain::*;
+use crate::error::error_chain;
 use crate::ports::{Clock, PaymentChannel, PendingEffect, RefundRequests, Unavailable, WakeUpScheduler};
 use crate::store::{Cas, OrderStore, PaymentStore};
 use crate::usecases::release_order::{drive_effects_until, ResourceReport};
-use tracing::{info, instrument};
+use tracing::{info, instrument, warn};
 
 /// What one delivery did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,12 +74,14 @@ where
 }
 
 /// A REFUND_PENDING refund past its budget goes back to the refund worker,
-/// once per budget. The budget is pushed first: if the refund request then
-/// fails, this message fails too, and its redelivery finds the refund not
-/// due and stops; the sweep hands the refund on again once the pushed
-/// budget has passed (and the pending-effects alarm counts it meanwhile).
-/// Pushing after the request instead would queue a refund twice for every
-/// duplicate delivery.
+/// once per budget. The budget is pushed first, by a write conditional on
+/// the refund still being due, so that of two deliveries of the same
+/// re-drive only one sends (sending first would queue the refund once per
+/// delivery). If the send then fails, the push is undone (conditional on
+/// the budget still being the one pushed) before this message fails, so
+/// that its redelivery finds the refund due and sends it; without the undo
+/// the redelivery found it "not due" and nothing was queued until the
+/// pushed budget (15 min) had passed.
 async fn redrive_refund<S: PaymentStore, R: RefundRequests>(
     store: &S,
     refunds: &R,
@@ -89,13 +93,24 @@ async fn redrive_refund<S: PaymentStore, R: RefundRequests>(
         info!(%payment_id, outcome = "refund_missing", "re-driven refund does not exist; nothing to do");
         return Ok(EffectDriven::RefundNotDue);
     };
-    if refund.status != RefundStatus::RefundPending
-        || store.redrive_refund(&refund, clock.now()).await? == Cas::Rejected
-    {
+    let now = clock.now();
+    if refund.status != RefundStatus::RefundPending || store.redrive_refund(&refund, now).await? == Cas::Rejected {
         info!(%payment_id, status = refund.status.as_str(), outcome = "refund_not_due", "refund done or already re-driven; nothing to do");
         return Ok(EffectDriven::RefundNotDue);
     }
-    refunds.request_refund(order_id, payment_id).await?;
+    if let Err(e) = refunds.request_refund(order_id, payment_id).await {
+        match store.undo_refund_redrive(&refund, now).await {
+            Ok(undone) => {
+                info!(%payment_id, ?undone, "refund request failed; its budget handed back for the redelivery")
+            }
+            // The message fails either way; the sweep hands the refund on
+            // again once the pushed budget has passed.
+            Err(undo) => {
+                warn!(%payment_id, error = %error_chain(&undo), "refund request failed and its budget stays pushed")
+            }
+        }
+        return Err(e);
+    }
     info!(%payment_id, outcome = "refund_requested", "pending refund handed back to the refund worker");
     Ok(EffectDriven::RefundRequested)
 }

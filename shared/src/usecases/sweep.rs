@@ -11,7 +11,9 @@
 //!   consumer runs release / settle / the refund re-drive (the sweep does not
 //!   wait for them: a backlog of thousands is drained by as many consumer
 //!   invocations as the queue's mapping allows, not one after another
-//!   inside this run).
+//!   inside this run). A final order's entry is then moved ahead by the
+//!   queue's visibility timeout, as a reminded open order's is, so the
+//!   runs in between do not hand the same effect on again.
 //!
 //! With nothing due, a run costs one query per shard and the cursor read,
 //! however large the table: the index only holds what is still to happen.
@@ -52,6 +54,20 @@ pub struct SweepConfig {
     /// default is the close queue's visibility timeout: a reminder taken
     /// and failed is redelivered by SQS after it anyway.
     pub remind_again_after: Duration,
+    /// After a final order's pending effects are handed to the effects
+    /// queue, how long later runs leave them to that message (the order's
+    /// effects entry is moved that far ahead, as a reminded open order's
+    /// is). Without it every run, once a minute, handed the same effect on
+    /// again while its first message was still queued or in flight: a
+    /// backlog of 100 effects that the consumer had not drained yet drew
+    /// 300 messages in three runs. The default is the effects queue's
+    /// visibility timeout (template.yaml, PendingEffectsQueue): a message
+    /// taken and failed is redelivered by SQS after it anyway. The price:
+    /// an effect that failed (an outage) is tried again that long after its
+    /// hand-off, not at the next run, and each hand-off of an order's
+    /// effects costs one conditional write more. A refund's entry is not
+    /// moved: its re-drive pushes the refund's own budget.
+    pub hand_off_again_after: Duration,
     /// Shards swept at the same time. With every shard at once (32), a
     /// backlog of 10,000 due orders put 16 pages × 100 snoozes in flight
     /// together: 1,600 writes, each on a fresh connection, from one small
@@ -76,6 +92,7 @@ impl Default for SweepConfig {
             page: 100,
             budget: Duration::from_secs(40),
             remind_again_after: Duration::from_secs(180),
+            hand_off_again_after: Duration::from_secs(180),
             shards_at_once: 4,
             calls_per_shard: 8,
         }
@@ -95,6 +112,9 @@ pub struct SweepReport {
     /// Open orders whose entry was moved ahead after their reminder was
     /// sent (`remind_again_after`).
     pub snoozed: u32,
+    /// Final orders whose effects entry was moved ahead after their
+    /// effects were handed on (`hand_off_again_after`).
+    pub effects_snoozed: u32,
     /// How far past its due time the oldest overdue open order is.
     pub oldest_open_overdue: Duration,
     /// How long the oldest pending effect has been due.
@@ -192,6 +212,7 @@ pub async fn sweep<I: DueIndex, R: Redrive>(
         consumed_capacity = report.consumed_capacity,
         unfinished = report.unfinished.len(),
         snoozed = report.snoozed,
+        effects_snoozed = report.effects_snoozed,
         cursors_reset = report.cursors_reset,
         duration_ms = started.until(clock.now()).as_millis() as u64,
         "sweep done"
@@ -244,7 +265,7 @@ async fn sweep_shard<I: DueIndex, R: Redrive>(
         report.consumed_capacity += page.consumed_capacity;
         let page_start = last_done.clone();
         let mut close: Vec<&DueEntry> = Vec::new();
-        let mut effects: Vec<PendingEffect> = Vec::new();
+        let mut effects: Vec<&DueEntry> = Vec::new();
         let mut stopped_early = false;
         for entry in &page.entries {
             if handled > 0 && clock.now() >= deadline {
@@ -262,16 +283,16 @@ async fn sweep_shard<I: DueIndex, R: Redrive>(
                     close.push(entry);
                     true
                 }
-                DueItem::OrderEffects(id) => {
+                DueItem::OrderEffects(_) => {
                     report.effects_found += 1;
                     report.oldest_effect_overdue = report.oldest_effect_overdue.max(overdue);
-                    effects.push(PendingEffect::Order(id.clone()));
+                    effects.push(entry);
                     true
                 }
-                DueItem::Refund(order_id, payment_id) => {
+                DueItem::Refund(..) => {
                     report.refunds_found += 1;
                     report.oldest_effect_overdue = report.oldest_effect_overdue.max(overdue);
-                    effects.push(PendingEffect::Refund(order_id.clone(), payment_id.clone()));
+                    effects.push(entry);
                     true
                 }
                 DueItem::Unrecognised { pk, sk } => {
@@ -286,13 +307,16 @@ async fn sweep_shard<I: DueIndex, R: Redrive>(
             }
             last_done = Some(entry.key.clone());
         }
-        // Handed on, not driven: the entry stays due until the consumer's
-        // use case settles it, so one the queue loses, or the consumer
-        // cannot finish, is handed on again by a later run.
-        let unsent = hand_off_all(redrive, &effects, cfg.calls_per_shard).await;
-        if unsent > 0 {
-            report.failures += unsent;
-            first_failure.get_or_insert(page_start.clone());
+        // Handed on, not driven: the entry stays in the index until the
+        // consumer's use case settles it, so one the queue loses, or the
+        // consumer cannot finish, is handed on again by a later run (once
+        // `hand_off_again_after` has passed).
+        if !effects.is_empty() {
+            let unsent = hand_off_and_snooze(index, redrive, shard, &effects, now, cfg, &mut report).await;
+            if unsent > 0 {
+                report.failures += unsent;
+                first_failure.get_or_insert(page_start.clone());
+            }
         }
         if !close.is_empty() {
             let (sent, unsent) = remind_all(redrive, &close, cfg.calls_per_shard).await;
@@ -378,31 +402,84 @@ async fn remind_all<'e, R: Redrive>(redrive: &R, entries: &[&'e DueEntry], at_on
 /// SQS's most messages in one `SendMessageBatch`.
 const REMINDERS_PER_CALL: usize = 10;
 
-/// Pending effects onto the effects queue, one [`Redrive::effects`] call per
-/// `SendMessageBatch` of 10, at most `at_once` in flight, each bounded in
-/// time. How many were not handed on (their entries stay due).
-async fn hand_off_all<R: Redrive>(redrive: &R, effects: &[PendingEffect], at_once: usize) -> u32 {
-    futures_util::stream::iter(effects.chunks(REMINDERS_PER_CALL))
-        .map(|batch| async move {
-            let ok = bounded(redrive.effects(batch), || format!("hand-off of {} pending effects", batch.len())).await;
-            if ok {
-                for effect in batch {
-                    info!(order_id = %effect.order_id(), trigger = "sweep", outcome = "effect_handed_off", effect = ?effect, "pending effect handed to the effects queue");
-                }
-                0
-            } else {
-                batch.len() as u32
-            }
-        })
-        .buffer_unordered(at_once.max(1))
-        .fold(0, |unsent, n| async move { unsent + n })
-        .await
+/// A page's pending effects handed on, then the entries of the final
+/// orders among them moved to `now + hand_off_again_after` (refunds keep
+/// theirs: the re-drive pushes the refund's own budget, in the refund's
+/// write). Counts the moves and the orders' own overdue time into
+/// `report`; returns how many effects were not handed on (their entries
+/// stay due).
+async fn hand_off_and_snooze<I: DueIndex, R: Redrive>(
+    index: &I,
+    redrive: &R,
+    shard: &str,
+    effects: &[&DueEntry],
+    now: Timestamp,
+    cfg: &SweepConfig,
+    report: &mut SweepReport,
+) -> u32 {
+    let (sent, unsent) = hand_off_all(redrive, effects, cfg.calls_per_shard).await;
+    let orders: Vec<&DueEntry> = sent.into_iter().filter(|e| matches!(e.item, DueItem::OrderEffects(_))).collect();
+    let until = now.plus(cfg.hand_off_again_after);
+    let (moved, oldest) = snooze_all(index, shard, &orders, until, cfg.calls_per_shard).await;
+    report.effects_snoozed += moved;
+    // As for open orders: counted from the due time the order's final
+    // write gave the entry, which a snooze does not restart, so an effect
+    // that keeps failing still reaches the pending-effect alarm.
+    if let Some(due) = oldest {
+        report.oldest_effect_overdue = report.oldest_effect_overdue.max(due.until(now));
+    }
+    unsent
 }
 
-/// Moves the entries of orders just reminded to `until`, at most `at_once`
-/// at a time: how many moved, and the earliest own due time among them (see
-/// [`DueIndex::snooze`]). A move that fails or is refused costs nothing but
-/// a reminder more at the next run: the entry is where it was.
+/// The effect an effects entry stands for.
+fn pending_effect(entry: &DueEntry) -> Option<PendingEffect> {
+    match &entry.item {
+        DueItem::OrderEffects(id) => Some(PendingEffect::Order(id.clone())),
+        DueItem::Refund(order_id, payment_id) => Some(PendingEffect::Refund(order_id.clone(), payment_id.clone())),
+        DueItem::Open(_) | DueItem::Unrecognised { .. } => None,
+    }
+}
+
+/// Pending effects onto the effects queue, one [`Redrive::effects`] call per
+/// `SendMessageBatch` of 10, at most `at_once` in flight, each bounded in
+/// time. The entries whose effects were handed on, and how many were not
+/// (their entries stay due).
+async fn hand_off_all<'e, R: Redrive>(
+    redrive: &R,
+    entries: &[&'e DueEntry],
+    at_once: usize,
+) -> (Vec<&'e DueEntry>, u32) {
+    let batches: Vec<(bool, &[&DueEntry])> = futures_util::stream::iter(entries.chunks(REMINDERS_PER_CALL))
+        .map(|batch| async move {
+            let effects: Vec<PendingEffect> = batch.iter().filter_map(|e| pending_effect(e)).collect();
+            let ok =
+                bounded(redrive.effects(&effects), || format!("hand-off of {} pending effects", effects.len())).await;
+            if ok {
+                for effect in &effects {
+                    info!(order_id = %effect.order_id(), trigger = "sweep", outcome = "effect_handed_off", effect = ?effect, "pending effect handed to the effects queue");
+                }
+            }
+            (ok, batch)
+        })
+        .buffer_unordered(at_once.max(1))
+        .collect()
+        .await;
+    let (mut sent, mut unsent) = (Vec::new(), 0);
+    for (ok, batch) in batches {
+        if ok {
+            sent.extend_from_slice(batch);
+        } else {
+            unsent += batch.len() as u32;
+        }
+    }
+    (sent, unsent)
+}
+
+/// Moves the entries of orders just reminded (or whose effects were just
+/// handed on) to `until`, at most `at_once` at a time: how many moved, and
+/// the earliest own due time among them (see [`DueIndex::snooze`]). A move
+/// that fails or is refused costs nothing but a message more at the next
+/// run: the entry is where it was.
 async fn snooze_all<I: DueIndex>(
     index: &I,
     shard: &str,
@@ -424,7 +501,7 @@ async fn snooze_all<I: DueIndex>(
             }
             Ok(None) => {}
             Err(e) => {
-                warn!(error = %e, "a reminded order's entry was not moved ahead; the next run may remind it again")
+                warn!(error = %e, "a due-index entry was not moved ahead; the next run may hand it on again")
             }
         }
     }
@@ -449,6 +526,7 @@ fn merge(into: &mut SweepReport, r: SweepReport) {
     into.refunds_found += r.refunds_found;
     into.unrecognised += r.unrecognised;
     into.snoozed += r.snoozed;
+    into.effects_snoozed += r.effects_snoozed;
     into.failures += r.failures;
     into.cursors_reset += r.cursors_reset;
     into.oldest_open_overdue = into.oldest_open_overdue.max(r.oldest_open_overdue);

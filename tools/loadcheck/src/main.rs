@@ -115,8 +115,13 @@ pub struct Args {
     pub drills: Vec<Drill>,
     /// Every everyday order is `never_paid` (the drain benchmark: only
     /// closes and releases); drills keep their share.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "only")]
     pub unpaid_only: bool,
+    /// Every everyday order follows this one scenario (e.g. `paid-in-time`
+    /// to count one path's requests per order); drills keep their share.
+    /// `--unpaid-only` is `--only never-paid`.
+    #[arg(long, value_enum)]
+    pub only: Option<crate::scenario::Scenario>,
     /// The drain benchmark's placement (3a in BENCHMARKS.md): the orders
     /// are placed by the create use case against the stack's table from
     /// this process instead of through the API (which cannot create 10,000

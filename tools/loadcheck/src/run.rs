@@ -89,6 +89,9 @@ fn plan_orders(args: &Args, run_id: &str, release_until: i64) -> Vec<OrderPlan> 
                 if args.unpaid_only {
                     return Plan::Mix(Scenario::NeverPaid);
                 }
+                if let Some(only) = args.only {
+                    return Plan::Mix(only);
+                }
                 let mut pick = rng.gen_range(0..total_weight);
                 let mut chosen = MIX[0].0;
                 for (s, w) in MIX {
@@ -926,5 +929,14 @@ mod tests {
     fn unpaid_only_leaves_every_everyday_order_unpaid() {
         let plans = plan_orders(&args(&["--unpaid-only"]), "lcx", 0);
         assert!(plans.iter().all(|p| p.plan == Plan::Mix(Scenario::NeverPaid) && p.coupon.is_none()));
+    }
+
+    #[test]
+    fn only_gives_every_everyday_order_that_scenario() {
+        let plans = plan_orders(&args(&["--only", "paid-in-time"]), "lcx", 0);
+        assert_eq!(plans.len(), 2000);
+        assert!(plans.iter().all(|p| p.plan == Plan::Mix(Scenario::PaidInTime)), "{plans:?}");
+        let coupons = plan_orders(&args(&["--only", "coupon-paid"]), "lcx", 0);
+        assert!(coupons.iter().all(|p| p.plan == Plan::Mix(Scenario::CouponPaid) && p.coupon.is_some()));
     }
 }

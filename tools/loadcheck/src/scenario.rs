@@ -16,8 +16,9 @@ use std::time::Duration;
 use system_tests::Reply;
 use time::OffsetDateTime;
 
-/// The everyday mix (weights printed at start).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// The everyday mix (weights printed at start). `--only <scenario>` gives
+/// every everyday order one of them (its kebab-case name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum)]
 pub enum Scenario {
     /// Created, never paid: closes at expiry, stock and coupon back.
     NeverPaid,
