@@ -464,3 +464,156 @@ async fn orderctl_shows_the_days_latest_run_and_names_its_missing_pieces() {
     assert_eq!(shown["run_id"], broken.run_id.as_str());
     assert_eq!(shown["pieces_missing"], json!(["shard-2"]));
 }
+
+/// Starts a run of `day` at `started` and delivers each piece message to
+/// the worker's handler as of `now` (redelivered on failure up to
+/// [`MAX_RECEIVES`] times) through `ports`, storing through `runs`.
+async fn run_day_with<I: DayIndex, R: DayRuns>(
+    w: &World,
+    ports: &DayPorts<'_, I, SandboxChannel>,
+    runs: &R,
+    run: DayRun,
+    now: Timestamp,
+) -> DayReport {
+    assert_eq!(w.store.start_run(&run).await.unwrap(), Cas::Applied);
+    for piece in run.pieces.clone() {
+        let body = serde_json::to_string(&PieceMessage { day: run.day, run_id: run.run_id.clone(), piece }).unwrap();
+        for _ in 0..MAX_RECEIVES {
+            if piece_message(ports, runs, &body, now).await.is_ok() {
+                break;
+            }
+        }
+    }
+    day_report(&w.store, run.day, Some(&run.run_id)).await.unwrap().expect("the run's report")
+}
+
+/// docs/reconciliation.md: `refund_state_mismatch` belongs to "the day the
+/// order (or refund) became final", and a shard piece reads "every refund
+/// that became REFUNDED or REFUND_FAILED on D (their order is read)". A
+/// refund that ends two days after its payment was opened (retries, a
+/// give-up redriven later) is read on its day, but the piece's statement
+/// only covers [D - 1 day, D + 1 day), so the order counts as "outside the
+/// statement" and none of its channel checks run; the run of the order's
+/// own day, at its scheduled time, saw the refund still pending.
+#[tokio::test]
+async fn a_refund_recorded_refunded_days_after_its_payment_is_checked_against_the_channel_on_its_day() {
+    let w = World::new().await;
+    let order_day = day().previous().previous();
+    let at = order_day.start().plus(Duration::from_secs(14 * 3600));
+    let (o, a) = w.closed_after_check(at).await;
+    let refund = w.late_success(&o, &a, at).await;
+    // The channel took the money and never refunded it.
+    w.line(&a, PaymentStatus::Succeeded, a.amount, false).await;
+    // The order's own day, run by the schedule at 03:00 the next day: the
+    // refund is still pending then.
+    let scheduled = order_day.end().plus(Duration::from_secs(3 * 3600));
+    let early = run_day_with(&w, &w.ports(), &w.store, DayRun::new(order_day, SHARDS, scheduled, 1), scheduled).await;
+    assert!(early.complete);
+    let mismatch_for = |r: &DayReport| {
+        r.discrepancies.iter().any(|d| d.kind == "refund_state_mismatch" && d.order_id == o.order_id.to_string())
+    };
+    assert!(!mismatch_for(&early), "not yet a mismatch while the refund is pending: {:#?}", early.discrepancies);
+    // Two days later the refund is recorded REFUNDED here, but the channel
+    // still has no refund: the refund's day must report the mismatch.
+    let ended = day().start().plus(Duration::from_secs(10 * 3600));
+    let done = w.store.update_refund(&refund, RefundStatus::Refunded, Some("re_never"), None, ended).await.unwrap();
+    assert_eq!(done, Cas::Applied);
+    let report = run_day_with(&w, &w.ports(), &w.store, DayRun::new(day(), SHARDS, run_time(), 2), run_time()).await;
+    assert!(report.complete, "{:?}", report.pieces_missing);
+    assert!(
+        mismatch_for(&report),
+        "the refund's day must compare it with the channel; got {:#?} (orders outside the statement: {})",
+        report.discrepancies,
+        report.orders_outside_statement
+    );
+}
+
+/// Day runs whose storing of the merged report fails a number of times
+/// (a throttle, a timeout of the function after the part was stored).
+struct FailingReport<'a> {
+    inner: &'a DynamoStore,
+    failures_left: AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl DayRuns for FailingReport<'_> {
+    async fn start_run(&self, run: &DayRun) -> Result<Cas, Unavailable> {
+        self.inner.start_run(run).await
+    }
+    async fn day_run(&self, day: Day, run_id: Option<&str>) -> Result<Option<DayRun>, Unavailable> {
+        self.inner.day_run(day, run_id).await
+    }
+    async fn save_part(
+        &self,
+        part: &order_core::usecases::reconcile_day::PartialReport,
+    ) -> Result<Cas, Unavailable> {
+        self.inner.save_part(part).await
+    }
+    async fn parts(
+        &self,
+        day: Day,
+        run_id: &str,
+    ) -> Result<Vec<order_core::usecases::reconcile_day::PartialReport>, Unavailable> {
+        self.inner.parts(day, run_id).await
+    }
+    async fn save_report(&self, report: &DayReport) -> Result<Cas, Unavailable> {
+        if self.failures_left.load(Ordering::SeqCst) > 0 {
+            self.failures_left.fetch_sub(1, Ordering::SeqCst);
+            return Err(Unavailable::new("save the day's report", "injected: throttled"));
+        }
+        self.inner.save_report(report).await
+    }
+}
+
+/// The last piece stores its part, then fails to store the merged report;
+/// SQS delivers it again. The redelivery finds its part stored
+/// (`PartStored::AlreadyStored`) and returns without merging, so the
+/// day's REPORT is never stored and its metrics (`Discrepancy.*`,
+/// `ReconcileCompleted`) are never emitted although every piece reported.
+#[tokio::test]
+async fn the_days_report_is_stored_when_the_last_piece_is_redelivered_after_its_merge_failed() {
+    let w = World::new().await;
+    plant_every_kind(&w, day()).await;
+    let runs = FailingReport { inner: &w.store, failures_left: AtomicU32::new(1) };
+    let run = DayRun::new(day(), SHARDS, run_time(), 3);
+    let report = run_day_with(&w, &w.ports(), &runs, run, run_time()).await;
+    assert!(report.complete, "every piece reported: {:?}", report.pieces_missing);
+    assert_eq!(runs.failures_left.load(Ordering::SeqCst), 0, "the first merge's store failed");
+    assert_eq!(
+        w.store.save_report(&report).await.unwrap(),
+        Cas::Rejected,
+        "the merged report must have been stored by the redelivery"
+    );
+}
+
+/// infra/data-model.md lets an operator lower `DueIndexShardsSweep` once
+/// the due index's old entries are gone (a payment window plus the
+/// effects grace), and docs/reconciliation.md says the day run follows
+/// the same rule. But the reconcile index's entries never leave: an order
+/// made final on D under 16 shards sits in `D#8..15`, which a run with the
+/// lowered count (pieces 0..8) never reads.
+#[tokio::test]
+async fn an_order_final_before_the_shard_count_was_lowered_is_read_by_its_days_run() {
+    let w = World::new().await;
+    let before = w.store.clone().with_shards(DueShards { count: 16, sweep_count: 16 });
+    let at = day().start().plus(Duration::from_secs(8 * 3600));
+    // An order in one of the shards the lowered count drops, closed
+    // unpaid with its stock still held (reservation_held_on_closed_order).
+    let o = loop {
+        let o = w.order(at, false).await;
+        if o.order_id.shard(16) >= 8 {
+            break o;
+        }
+    };
+    assert_eq!(before.close_unpaid(&o, o.expire_at).await.unwrap(), Cas::Applied);
+    // Later that day the count is lowered to 8, the due index drained.
+    let after = w.store.clone().with_shards(DueShards { count: 8, sweep_count: 8 });
+    let ports = DayPorts { index: &after, channel: Some(&w.ledger), bounds: Bounds::default(), shards: 8 };
+    let report = run_day_with(&w, &ports, &after, DayRun::new(day(), 8, run_time(), 4), run_time()).await;
+    assert!(report.complete, "{:?}", report.pieces_missing);
+    assert!(
+        orders_named(&report).contains(&o.order_id.to_string()),
+        "the order closed on {DAY} with its stock held is not in its day's report: {:#?}",
+        report.discrepancies
+    );
+}
