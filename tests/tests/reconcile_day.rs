@@ -543,10 +543,7 @@ impl DayRuns for FailingReport<'_> {
     async fn day_run(&self, day: Day, run_id: Option<&str>) -> Result<Option<DayRun>, Unavailable> {
         self.inner.day_run(day, run_id).await
     }
-    async fn save_part(
-        &self,
-        part: &order_core::usecases::reconcile_day::PartialReport,
-    ) -> Result<Cas, Unavailable> {
+    async fn save_part(&self, part: &order_core::usecases::reconcile_day::PartialReport) -> Result<Cas, Unavailable> {
         self.inner.save_part(part).await
     }
     async fn parts(
@@ -616,4 +613,72 @@ async fn an_order_final_before_the_shard_count_was_lowered_is_read_by_its_days_r
         "the order closed on {DAY} with its stock held is not in its day's report: {:#?}",
         report.discrepancies
     );
+}
+
+/// `STATEMENT_LOOKBACK` is one day ("an order that became final on D had its
+/// payments opened at most its lifetime before"), but `PaymentWindowSeconds`
+/// has no maximum in template.yaml: with a window over a day, a payment
+/// opened on D-2 and succeeding on D (amount different at the channel) is
+/// outside D's statement, so D's piece skips every channel check of the
+/// order; D-2's piece sees the line but the order is not final then, and
+/// keeps only `channel_success_order_unpaid`. No day run reports it.
+#[tokio::test]
+async fn a_paid_order_whose_payment_was_opened_two_days_earlier_is_compared_with_the_channel() {
+    let w = World::new().await;
+    let opened = day().previous().previous().start().plus(Duration::from_secs(12 * 3600));
+    let o = w.order(opened, false).await;
+    let a = w.attempt(&o, opened).await;
+    let o = w.fresh(&o).await;
+    let paid_at = day().start().plus(Duration::from_secs(10 * 3600));
+    let ev = Evidence { at: paid_at, source: "t".into(), status: PaymentStatus::Succeeded, detail: None };
+    let settled = w.store.settle_success(&o, &a, &format!("tx_{}", a.payment_id), ev, None, "").await.unwrap();
+    assert_eq!(settled, SettleResult::Paid);
+    w.line(&a, PaymentStatus::Succeeded, a.amount - 1, false).await;
+    let mut named = Vec::new();
+    for (i, d) in [day().previous().previous(), day().previous(), day()].into_iter().enumerate() {
+        let run = DayRun::new(d, SHARDS, run_time().plus(Duration::from_millis(i as u64)), 10 + i as u32);
+        let report = run_day_with(&w, &w.ports(), &w.store, run, run_time()).await;
+        assert!(report.complete);
+        named.extend(
+            report
+                .discrepancies
+                .iter()
+                .filter(|x| x.kind == "amount_mismatch" && x.order_id == o.order_id.to_string())
+                .map(|_| d),
+        );
+    }
+    assert!(
+        !named.is_empty(),
+        "the channel took {} for a payment of {}: no day run reports it",
+        a.amount - 1,
+        a.amount
+    );
+}
+
+/// docs/reconciliation.md names this gap ("a success at the channel that
+/// happens after its day's run ... is not looked at again by a later
+/// day"): an order closed on D whose payment, opened on D, succeeds at the
+/// channel after D's run without a webhook is money taken for a closed
+/// order and never refunded; D's run saw the payment still processing,
+/// and D+1's run reads neither the order (final on D) nor the line
+/// (opened on D).
+#[tokio::test]
+async fn a_success_at_the_channel_after_its_days_run_is_found_by_a_later_day() {
+    let w = World::new().await;
+    let d = day().previous();
+    let (o, a) = w.closed_after_check(d.start().plus(Duration::from_secs(20 * 3600))).await;
+    w.line(&a, PaymentStatus::Processing, a.amount, false).await;
+    let scheduled = d.end().plus(Duration::from_secs(3 * 3600));
+    let first = run_day_with(&w, &w.ports(), &w.store, DayRun::new(d, SHARDS, scheduled, 20), scheduled).await;
+    assert!(first.complete);
+    // At 05:00 the channel reports the payment succeeded; no webhook comes.
+    w.line(&a, PaymentStatus::Succeeded, a.amount, false).await;
+    let next = run_day_with(&w, &w.ports(), &w.store, DayRun::new(day(), SHARDS, run_time(), 21), run_time()).await;
+    assert!(next.complete);
+    let found = |r: &DayReport| {
+        r.discrepancies
+            .iter()
+            .any(|x| x.kind == "success_after_close_without_refund" && x.order_id == o.order_id.to_string())
+    };
+    assert!(found(&first) || found(&next), "money taken for a closed order, no refund, and no day run reports it");
 }
