@@ -72,7 +72,7 @@ fn older_order(i: usize) -> HashMap<String, Av> {
         ("expiry_rule_version".into(), s("bench")),
         ("payment_attempts".into(), n(0)),
         ("history".into(), Av::L(vec![hist(None, "PENDING_PAYMENT"), hist(Some("PENDING_PAYMENT"), "CLOSED")])),
-        ("recon_part".into(), s(&keys::day_part(&id, at, SHARDS))),
+        ("recon_part".into(), s(&keys::day_part(&id, at))),
         ("recon_at".into(), s(&at.to_string())),
     ])
 }

@@ -127,10 +127,11 @@ pub mod keys {
     pub const FAILED_REFUNDS_SHARD: &str = "FAILED#REFUND";
     pub const EFFECTS_PREFIX: &str = "FX#";
     /// The reconcile-index partition of a record that became final at
-    /// `at` (`<YYYY-MM-DD>#<n>`, the UTC day): a day's run reads the day's
-    /// `count` partitions and nothing older.
-    pub fn day_part(id: &OrderId, at: Timestamp, count: u32) -> String {
-        format!("{}#{}", Day::of(at), shard_of(id, count))
+    /// `at` (`<YYYY-MM-DD>#<n>`, the UTC day, `n` of the fixed
+    /// `RECONCILE_SHARDS`): a day's run reads the day's partitions and
+    /// nothing older.
+    pub fn day_part(id: &OrderId, at: Timestamp) -> String {
+        format!("{}#{}", Day::of(at), shard_of(id, crate::usecases::reconcile_day::RECONCILE_SHARDS))
     }
     /// The reconcile-index partition listing the catalog's SKU rows, so the
     /// catalog piece reads the SKUs without scanning the orders.
@@ -340,7 +341,7 @@ impl DynamoStore {
         [
             (":fx_shard", s(keys::effects_shard(order_id, self.shards.count))),
             (":fx_due", s(now.plus(self.effects_grace).to_string())),
-            (":recon_part", s(keys::day_part(order_id, now, self.shards.count))),
+            (":recon_part", s(keys::day_part(order_id, now))),
             (":recon_at", s(now.to_string())),
         ]
     }

@@ -467,10 +467,7 @@ impl PaymentStore for DynamoStore {
         // REFUNDED after a give-up lists it again under its own day.
         if to != RefundStatus::RefundPending && to != refund.status {
             set.extend(["recon_part = :recon_part", "recon_at = :now"]);
-            u = u.expression_attribute_values(
-                ":recon_part",
-                s(keys::day_part(&refund.order_id, now, self.shards().count)),
-            );
+            u = u.expression_attribute_values(":recon_part", s(keys::day_part(&refund.order_id, now)));
         }
         let remove = match to {
             RefundStatus::RefundPending => "",
