@@ -40,9 +40,16 @@ use tracing::{info, instrument};
 /// final on D usually had its payments opened its lifetime before (the
 /// payment window plus the close, minutes to hours), so one day covers
 /// them. A payment opened earlier still (a window over a day, a refund
-/// that ended days after its payment) is read by a second, narrower
-/// statement of its own (see `widen_statement`).
+/// that ended days after its payment) is read by a second statement of its
+/// own (see `widen_statement`), back to at most [`STATEMENT_MAX_LOOKBACK`].
 pub const STATEMENT_LOOKBACK: Duration = Duration::from_secs(86_400);
+
+/// How far before the day a piece reads the channel at most: a statement
+/// is a list of every payment opened in its window, so a refund ended a
+/// month after its payment must not make one piece list a month of the
+/// shop's payments. An order whose payment is older still is counted in
+/// `orders_outside_statement` (the full read covers it).
+pub const STATEMENT_MAX_LOOKBACK: Duration = Duration::from_secs(7 * 86_400);
 
 /// Partitions of the reconcile index per day, fixed: an entry stays in its
 /// partition for good, so the count the runs read must never drop below
@@ -395,7 +402,7 @@ async fn shard_piece<I: DayIndex, C: ChannelStatement>(
     let records: HashMap<&OrderId, &OrderRecord> = read.records.iter().map(|r| (&r.order.order_id, r)).collect();
     let finals = orders.finals.iter().filter_map(|id| records.get(id).copied());
     let statement = match (statement, ports.channel) {
-        (Some(s), Some(channel)) => Some(widen_statement(s, finals, channel).await?),
+        (Some(s), Some(channel)) => Some(widen_statement(day, s, finals, channel).await?),
         (s, _) => s,
     };
     let mut out: Vec<Discrepancy> = read
@@ -449,14 +456,17 @@ async fn shard_piece<I: DayIndex, C: ChannelStatement>(
 /// opened before the statement's window (a window over a day, a refund
 /// ended days later) is compared with the channel on D, not counted as
 /// outside the statement. One more channel read, only when such an order
-/// exists, of the window `[earliest, since)`.
+/// exists, of the window `[earliest, since)`, never further back than
+/// [`STATEMENT_MAX_LOOKBACK`] before the day.
 async fn widen_statement<'r, C: ChannelStatement>(
+    day: Day,
     mut statement: Statement,
     finals: impl Iterator<Item = &'r OrderRecord>,
     channel: &C,
 ) -> Result<Statement, Unavailable> {
     let earliest = finals.flat_map(|r| r.payments.iter().map(|p| p.created_at)).min();
     let (Some(earliest), Some(since)) = (earliest, statement.since) else { return Ok(statement) };
+    let earliest = earliest.max(day.start().minus(STATEMENT_MAX_LOOKBACK));
     if earliest >= since {
         return Ok(statement);
     }
