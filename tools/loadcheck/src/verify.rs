@@ -874,7 +874,7 @@ fn summary_of(entries: &[&Value]) -> String {
 // ---------------------------------------------------------------- queues
 
 /// The stack's dead-letter queues (stack output names).
-const DEAD_LETTER_QUEUES: [&str; 12] = [
+const DEAD_LETTER_QUEUES: [&str; 13] = [
     "CLOSE_DLQ_URL",
     "WAKEUP_DLQ_URL",
     "REFUND_DLQ_URL",
@@ -890,6 +890,9 @@ const DEAD_LETTER_QUEUES: [&str; 12] = [
     "PENDING_EFFECTS_QUEUE_DLQ_URL",
     "EVENT_DELIVERY_DLQ_URL",
     "RECONCILE_FAILURE_QUEUE_URL",
+    // A day run's piece that failed 3 receives (its message names a day
+    // and a run, never an order: counted, never the run's).
+    "RECONCILE_PIECE_DLQ_URL",
 ];
 
 /// The queues that hold stream failures: the relay mapping's on-failure
