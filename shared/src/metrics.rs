@@ -72,6 +72,9 @@ const fn count_metric(name: &'static str) -> Metric {
 // ---- orders: created, closed, paid, and how late the close came (§11.1)
 pub const ORDER_CREATED: Metric = count_metric("OrderCreated");
 pub const ORDER_CLOSED: Metric = count_metric("OrderClosed");
+/// A buyer asked to cancel an open order (`POST /orders/{id}/cancel`); its
+/// close then counts as any close (`OrderClosed`).
+pub const ORDER_CANCEL_REQUESTED: Metric = count_metric("OrderCancelRequested");
 /// Every way an order becomes PAID (notification, closer, new attempt).
 pub const ORDER_PAID: Metric = count_metric("OrderPaid");
 /// `expire_at` → CLOSED, per closed order (P50/P95/P99 on the dashboard).
@@ -195,6 +198,7 @@ pub const DISCREPANCIES: [Metric; 15] = [
 const NAMED: &[&Metric] = &[
     &ORDER_CREATED,
     &ORDER_CLOSED,
+    &ORDER_CANCEL_REQUESTED,
     &ORDER_PAID,
     &EXPIRY_TO_CLOSE_DELAY,
     &EARLY_WAKE_UP,

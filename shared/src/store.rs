@@ -126,11 +126,20 @@ pub trait OrderStore: Send + Sync {
     async fn order_record(&self, order_id: &OrderId) -> Result<Option<OrderRecord>, Unavailable>;
 
     /// PENDING_PAYMENT → CLOSED, conditional on status, version, no payment
-    /// attempt and `expire_at <= now`.
+    /// attempt and the order being due (`expire_at <= now`, or its buyer's
+    /// cancel request recorded).
     async fn close_unpaid(&self, order: &Order, now: Timestamp) -> Result<Cas, Unavailable>;
 
     /// PENDING_PAYMENT (due) or CLOSING (lease expired) → CLOSING with `lease`.
     async fn begin_closing(&self, order: &Order, lease: &ClosingLease, now: Timestamp) -> Result<Cas, Unavailable>;
+
+    /// The buyer asked to cancel an open order whose window has not ended:
+    /// records when. From then on the order is due, for the close use case
+    /// and (its due time in the index moved to `now`) for the sweep, and no
+    /// new payment may start. Conditional on PENDING_PAYMENT, the version
+    /// read, `expire_at > now` and no earlier request; bumps the version, so
+    /// a payment start that read the order before is refused and re-reads.
+    async fn request_cancel(&self, order: &Order, now: Timestamp) -> Result<Cas, Unavailable>;
 
     /// A closer that cannot decide yet (payment state unknown) keeps the
     /// order CLOSING and moves its lease (and its due time in the index) to
@@ -139,7 +148,8 @@ pub trait OrderStore: Send + Sync {
     /// reminder chain. Conditional on the version and owner it holds.
     async fn hold_closing(&self, order: &Order, until: Timestamp) -> Result<Cas, Unavailable>;
 
-    /// A read found `order` open past `expire_at`: notes that it asks for a
+    /// A read found `order` open and due (past `expire_at`, or its buyer
+    /// asked to cancel): notes that it asks for a
     /// close reminder, at most once per `every`. Applied means "send one".
     /// Touches neither status nor version (the read path decides nothing).
     async fn note_lazy_reminder(

@@ -529,6 +529,12 @@ async fn e2e_every_request_example_gets_its_documented_answer() {
     let check = s.send("adminCheckOrder", None).await;
     assert_eq!(check.body["outcome"], "already_final", "{check:?}");
 
+    // C: cancelled by its buyer before anyone paid.
+    let c = s.send("createOrder", Some("one_line")).await.body["order_id"].as_str().unwrap().to_owned();
+    s.bind(DOC_ORDER, &c);
+    let cancelled = s.send("cancelOrder", None).await;
+    assert_eq!(cancelled.body["close_reason"], "BUYER_CANCELLED", "{cancelled:?}");
+
     s.send("adminPutSku", Some("reprice")).await;
 
     let missing: Vec<_> = request_examples(&s.doc).difference(&s.sent).cloned().collect();

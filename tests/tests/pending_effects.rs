@@ -121,6 +121,9 @@ impl OrderStore for MemoryStore {
     async fn hold_closing(&self, _: &Order, _: Timestamp) -> Result<Cas, Unavailable> {
         unreachable!("not on the effects path")
     }
+    async fn request_cancel(&self, _: &Order, _: Timestamp) -> Result<Cas, Unavailable> {
+        unreachable!("not on the effects path")
+    }
     async fn note_lazy_reminder(&self, _: &Order, _: Timestamp, _: Duration) -> Result<Cas, Unavailable> {
         unreachable!("not on the effects path")
     }

@@ -129,6 +129,7 @@ async fn out_of_stock_on_any_line_writes_nothing_and_names_the_sku() {
             created_at: c.clock.now(),
             expire_at: c.clock.now().plus(WINDOW),
             expiry_rule_version: "v".into(),
+            cancel_requested_at: None,
             payment_attempts: 0,
             closing: None,
             paid_by: None,
@@ -712,6 +713,7 @@ async fn the_create_transaction_is_conditional_on_the_catalog_price_of_each_line
         created_at: clock.now(),
         expire_at: clock.now().plus(WINDOW),
         expiry_rule_version: "v".into(),
+        cancel_requested_at: None,
         payment_attempts: 0,
         closing: None,
         paid_by: None,
@@ -779,6 +781,9 @@ impl OrderStore for RepricedAfterRead {
     }
     async fn hold_closing(&self, o: &Order, until: Timestamp) -> Result<Cas, Unavailable> {
         self.inner.hold_closing(o, until).await
+    }
+    async fn request_cancel(&self, o: &Order, now: Timestamp) -> Result<Cas, Unavailable> {
+        self.inner.request_cancel(o, now).await
     }
     async fn note_lazy_reminder(&self, o: &Order, now: Timestamp, every: Duration) -> Result<Cas, Unavailable> {
         self.inner.note_lazy_reminder(o, now, every).await

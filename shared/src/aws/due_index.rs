@@ -31,14 +31,21 @@ pub fn due_item(pk: &str, sk: &str) -> DueItem {
 
 /// The due time an order's own writes give its entry: the lease's end
 /// while CLOSING (begin / resume / hold), `expire_at` while PENDING_PAYMENT
-/// (create), and while CLOSED or PAID the final write's time plus the
+/// (create), or the cancel request's time if the buyer asked first, and while CLOSED or PAID the final write's time plus the
 /// effects grace (`closed_at` / `paid_at` + `effects_grace`, the `:fx_due`
 /// of [`DynamoStore::effects_entry`]). `None` for an image without them.
 fn own_due_time(order: &Item, effects_grace: std::time::Duration) -> Option<Timestamp> {
     let text = |v: Option<&Av>| v.and_then(|v| v.as_s().ok()).and_then(|t| Timestamp::parse(t).ok());
     match order.get("status").and_then(|v| v.as_s().ok()).map(String::as_str) {
         Some("CLOSING") => text(order.get("closing").and_then(|c| c.as_m().ok()).and_then(|c| c.get("lease_until"))),
-        Some("PENDING_PAYMENT") => text(order.get("expire_at")),
+        // Due at `expire_at`, or when its buyer asked to cancel if sooner.
+        Some("PENDING_PAYMENT") => {
+            let expire_at = text(order.get("expire_at"));
+            match (expire_at, text(order.get("cancel_requested_at"))) {
+                (Some(e), Some(c)) if c < e => Some(c),
+                _ => expire_at,
+            }
+        }
         Some("CLOSED") => text(order.get("closed_at")).map(|at| at.plus(effects_grace)),
         Some("PAID") => text(order.get("paid_at")).map(|at| at.plus(effects_grace)),
         _ => None,
@@ -212,5 +219,18 @@ mod tests {
         assert_eq!(due_item("ORDER#ord_1", "REFUND#pay_9"), DueItem::Refund(o, PaymentId::parse("pay_9").unwrap()));
         assert!(matches!(due_item("SKU#x", "STOCK"), DueItem::Unrecognised { .. }));
         assert!(matches!(due_item("ORDER#ord_1", "RES#STOCK#x"), DueItem::Unrecognised { .. }));
+    }
+
+    #[test]
+    fn an_open_order_is_due_at_its_expiry_or_at_its_buyers_cancel_if_sooner() {
+        let s = |v: &str| Av::S(v.to_owned());
+        let mut o: Item = [("status", s("PENDING_PAYMENT")), ("expire_at", s("2026-12-04T10:30:00.000Z"))]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        let grace = std::time::Duration::from_secs(120);
+        assert_eq!(own_due_time(&o, grace), Timestamp::parse("2026-12-04T10:30:00.000Z").ok());
+        o.insert("cancel_requested_at".into(), s("2026-12-04T10:02:00.000Z"));
+        assert_eq!(own_due_time(&o, grace), Timestamp::parse("2026-12-04T10:02:00.000Z").ok());
     }
 }

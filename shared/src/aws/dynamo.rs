@@ -18,6 +18,18 @@ use std::time::Duration;
 
 pub type Item = HashMap<String, Av>;
 
+/// The condition under which an open order may be closed: its window
+/// ended, or its buyer asked to cancel (a missing attribute compares false).
+const DUE: &str = "(expire_at <= :now OR cancel_requested_at <= :now)";
+
+/// The history cause of a close without payment attempts.
+fn close_cause(order: &Order) -> &'static str {
+    match order.close_reason() {
+        CloseReason::Expired => "expired unpaid, no payment attempt",
+        CloseReason::BuyerCancelled => "cancelled by the buyer, no payment attempt",
+    }
+}
+
 /// The index entries every write that makes an order final sets (values
 /// from [`DynamoStore::effects_entry`]): effects pending (due index) and
 /// final on this day (reconcile index, never removed).
@@ -748,16 +760,11 @@ impl OrderStore for DynamoStore {
                 "SET #status = :to, version = version + :one, closed_at = :now, \
                  history = list_append(history, :h), {FINAL_ENTRIES}",
             ))
-            .condition_expression(format!(
-                "{from_cond} AND version = :v AND payment_attempts = :zero AND expire_at <= :now"
-            ))
+            .condition_expression(format!("{from_cond} AND version = :v AND payment_attempts = :zero AND {DUE}"))
             .expression_attribute_values(":to", s(to.as_str()))
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":now", s(now.to_string()))
-            .expression_attribute_values(
-                ":h",
-                history_entry(now, order.status, to, "expired unpaid, no payment attempt"),
-            );
+            .expression_attribute_values(":h", history_entry(now, order.status, to, close_cause(order)));
         for (k, v) in
             from_values.into_iter().chain(self.effects_entry(&order.order_id, now).map(|(k, v)| (k.to_owned(), v)))
         {
@@ -781,10 +788,10 @@ impl OrderStore for DynamoStore {
         let mut req = self
             .order_update(order)
             .update_expression(set)
-            .condition_expression(
-                "version = :v AND ((#status = :pending AND expire_at <= :now) OR \
-                 (#status = :closing AND (attribute_not_exists(closing) OR closing.lease_until <= :now)))",
-            )
+            .condition_expression(format!(
+                "version = :v AND ((#status = :pending AND {DUE}) OR \
+                     (#status = :closing AND (attribute_not_exists(closing) OR closing.lease_until <= :now)))"
+            ))
             .expression_attribute_values(":closing", s("CLOSING"))
             .expression_attribute_values(":pending", s("PENDING_PAYMENT"))
             .expression_attribute_values(":lease", Av::M(to_item(lease)))
@@ -811,6 +818,18 @@ impl OrderStore for DynamoStore {
         self.cas(req, "hold closing").await
     }
 
+    async fn request_cancel(&self, order: &Order, now: Timestamp) -> Result<Cas, Unavailable> {
+        let req = self
+            .order_update(order)
+            .update_expression("SET cancel_requested_at = :now, due_at = :now, version = version + :one")
+            .condition_expression(
+                "#status = :pending AND version = :v AND expire_at > :now AND attribute_not_exists(cancel_requested_at)",
+            )
+            .expression_attribute_values(":pending", s(OrderStatus::PendingPayment.as_str()))
+            .expression_attribute_values(":now", s(now.to_string()));
+        self.cas(req, "request cancel").await
+    }
+
     async fn note_lazy_reminder(&self, order: &Order, now: Timestamp, every: Duration) -> Result<Cas, Unavailable> {
         let req = self
             .client
@@ -818,10 +837,10 @@ impl OrderStore for DynamoStore {
             .table_name(&self.table)
             .set_key(Some(key(keys::order(&order.order_id), keys::ORDER_SK)))
             .update_expression("SET lazy_reminder_at = :now")
-            .condition_expression(
-                "#status = :pending AND expire_at <= :now AND \
-                 (attribute_not_exists(lazy_reminder_at) OR lazy_reminder_at <= :before)",
-            )
+            .condition_expression(format!(
+                "#status = :pending AND {DUE} AND \
+                 (attribute_not_exists(lazy_reminder_at) OR lazy_reminder_at <= :before)"
+            ))
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":pending", s(OrderStatus::PendingPayment.as_str()))
             .expression_attribute_values(":now", s(now.to_string()))

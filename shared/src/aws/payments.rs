@@ -132,7 +132,8 @@ impl PaymentStore for DynamoStore {
             .set_key(Some(key(keys::order(&order.order_id), keys::ORDER_SK)))
             .update_expression("SET payment_attempts = payment_attempts + :one, version = version + :one")
             .condition_expression(
-                "#status = :pending AND version = :v AND expire_at > :now AND payment_attempts < :max",
+                "#status = :pending AND version = :v AND expire_at > :now AND payment_attempts < :max \
+                 AND attribute_not_exists(cancel_requested_at)",
             )
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":max", n(payment::MAX_PAYMENT_ATTEMPTS))

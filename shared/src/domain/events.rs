@@ -14,8 +14,8 @@
 //! recorded — never the time of publication. Money is integer minor units
 //! with an ISO 4217 currency.
 
+use super::{CloseReason, Timestamp, UserId};
 use super::{CouponId, Currency, Order, OrderId, OrderLine, OrderStatus, PaymentId, Refund, RefundStatus, Sku};
-use super::{Timestamp, UserId};
 use serde::{Deserialize, Serialize};
 
 /// The version of every detail below. A breaking change gets a new number
@@ -74,6 +74,15 @@ pub struct OrderClosed {
     pub coupon_id: Option<CouponId>,
     /// The cause recorded on the history entry into CLOSED.
     pub cause: String,
+    /// Why it closed: `EXPIRED` (its window ended) or `BUYER_CANCELLED`.
+    /// Details published before the field existed had only `cause`, and
+    /// read as `EXPIRED`, which every close then was.
+    #[serde(default = "expired")]
+    pub reason: CloseReason,
+}
+
+fn expired() -> CloseReason {
+    CloseReason::Expired
 }
 
 /// The order was paid; this is final.
@@ -325,6 +334,7 @@ fn order_closed(o: &Order) -> IntegrationEvent {
         items: o.items.iter().map(EventLine::from).collect(),
         coupon_id: o.coupon_id.clone(),
         cause,
+        reason: o.close_reason(),
     })
 }
 
@@ -415,6 +425,7 @@ pub mod examples {
             created_at: ts("2026-01-01T10:00:00.000Z"),
             expire_at: ts("2026-01-01T10:30:00.000Z"),
             expiry_rule_version: "v1".into(),
+            cancel_requested_at: None,
             payment_attempts: 0,
             closing: None,
             paid_by: None,
@@ -552,6 +563,23 @@ mod tests {
         assert_eq!(c.cause, "channel: not paid");
         assert_eq!(c.coupon_id.as_ref().map(|c| c.as_str()), Some("cpn_1"));
         assert_eq!(c.items.len(), 1);
+        assert_eq!(c.reason, CloseReason::Expired);
+    }
+
+    #[test]
+    fn a_buyers_cancel_is_order_closed_with_the_reason_buyer_cancelled() {
+        let mut asked = order();
+        asked.cancel_requested_at = Some(ts("2026-01-01T10:05:00.000Z"));
+        let closed = moved(&asked, OrderStatus::Closed, "2026-01-01T10:05:00.100Z", "cancelled by the buyer");
+        let e = one(events_of_change(Some(&o(&asked)), Some(&o(&closed))));
+        let IntegrationEvent::OrderClosed(c) = &e else { panic!("{e:?}") };
+        assert_eq!(c.reason, CloseReason::BuyerCancelled);
+        assert_eq!(e.detail()["reason"], "BUYER_CANCELLED");
+        // A detail published before the field existed reads as an expiry.
+        let mut old = e.detail();
+        old.as_object_mut().unwrap().remove("reason");
+        let read: OrderClosed = serde_json::from_value(old).unwrap();
+        assert_eq!(read.reason, CloseReason::Expired);
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub use coupon::{CouponLockEvent, CouponLockStatus, CouponState};
 pub use ids::{ChannelName, CouponId, IdempotencyKey, OrderId, PaymentId, Sku, UserId};
 pub use money::{Currency, Price};
 pub use order::{
-    decide_close, CloseDecision, ClosingLease, OperatorCheck, Order, OrderEvent, OrderLine, OrderStatus,
+    decide_close, CloseDecision, CloseReason, ClosingLease, OperatorCheck, Order, OrderEvent, OrderLine, OrderStatus,
     PaymentSuccessOutcome, StatusChange,
 };
 pub use payment::{PaymentStatus, RefundStatus};

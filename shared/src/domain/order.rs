@@ -144,6 +144,12 @@ pub struct Order {
     /// Fixed when the order is written; never recomputed from configuration.
     pub expire_at: Timestamp,
     pub expiry_rule_version: String,
+    /// When the buyer asked to cancel (`POST /orders/{id}/cancel`), if they
+    /// did while the order was open and its window had not ended. From then
+    /// on the order is due: the same close use case closes it, with the
+    /// cause [`CloseReason::BuyerCancelled`], and no new payment may start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_requested_at: Option<Timestamp>,
     /// Payment attempts recorded so far. Zero means the one-write close is
     /// safe: no money can be in flight for this order.
     #[serde(default)]
@@ -177,6 +183,46 @@ pub struct OperatorCheck {
     pub status: OrderStatus,
 }
 
+/// Why a CLOSED order was closed: its window ended, or its buyer cancelled
+/// it first. Carried on `OrderClosed` so that subscribers (and the buyer's
+/// view) can tell the two apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum CloseReason {
+    Expired,
+    BuyerCancelled,
+}
+
+impl CloseReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Expired => "EXPIRED",
+            Self::BuyerCancelled => "BUYER_CANCELLED",
+        }
+    }
+}
+
+impl Order {
+    /// When the order becomes due for closing: its `expire_at`, or the
+    /// moment its buyer asked to cancel, whichever came first.
+    pub fn due_at(&self) -> Timestamp {
+        match self.cancel_requested_at {
+            Some(c) if c < self.expire_at => c,
+            _ => self.expire_at,
+        }
+    }
+
+    /// Why a close of this order closes it. A cancel is recorded only while
+    /// the window is open, so a cancelled order is always closed as such.
+    pub fn close_reason(&self) -> CloseReason {
+        if self.cancel_requested_at.is_some() {
+            CloseReason::BuyerCancelled
+        } else {
+            CloseReason::Expired
+        }
+    }
+}
+
 /// What a wake-up (scheduled, swept, or retried) should do with an order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CloseDecision {
@@ -200,7 +246,7 @@ pub enum CloseDecision {
 pub fn decide_close(order: &Order, now: Timestamp) -> CloseDecision {
     match order.status {
         s @ (OrderStatus::Paid | OrderStatus::Closed) => CloseDecision::AlreadyFinal(s),
-        OrderStatus::PendingPayment if now < order.expire_at => CloseDecision::NotYetDue(now.until(order.expire_at)),
+        OrderStatus::PendingPayment if now < order.due_at() => CloseDecision::NotYetDue(now.until(order.due_at())),
         OrderStatus::PendingPayment if order.payment_attempts == 0 => CloseDecision::CloseNow,
         OrderStatus::PendingPayment => CloseDecision::BeginClosing,
         OrderStatus::Closing => match &order.closing {
@@ -302,6 +348,7 @@ mod tests {
             created_at: Timestamp::from_unix_millis(0),
             expire_at: Timestamp::from_unix_millis(expire_ms),
             expiry_rule_version: "v1".into(),
+            cancel_requested_at: None,
             payment_attempts: attempts,
             closing: None,
             paid_by: None,
@@ -324,6 +371,31 @@ mod tests {
         let now = Timestamp::from_unix_millis(10_000);
         assert_eq!(decide_close(&order(PendingPayment, 10_000, 0), now), CloseDecision::CloseNow);
         assert_eq!(decide_close(&order(PendingPayment, 10_000, 2), now), CloseDecision::BeginClosing);
+    }
+
+    #[test]
+    fn a_cancel_request_makes_an_open_order_due_at_once_and_names_the_close() {
+        let mut o = order(PendingPayment, 10_000, 0);
+        assert_eq!(o.close_reason(), CloseReason::Expired);
+        o.cancel_requested_at = Some(Timestamp::from_unix_millis(4_000));
+        assert_eq!(o.due_at(), Timestamp::from_unix_millis(4_000));
+        assert_eq!(o.close_reason(), CloseReason::BuyerCancelled);
+        assert_eq!(
+            decide_close(&o, Timestamp::from_unix_millis(3_999)),
+            CloseDecision::NotYetDue(Duration::from_millis(1))
+        );
+        assert_eq!(decide_close(&o, Timestamp::from_unix_millis(4_000)), CloseDecision::CloseNow);
+        o.payment_attempts = 1;
+        assert_eq!(decide_close(&o, Timestamp::from_unix_millis(4_000)), CloseDecision::BeginClosing);
+        // A cancel never moves the due time later than the window's end.
+        o.cancel_requested_at = Some(Timestamp::from_unix_millis(20_000));
+        assert_eq!(o.due_at(), Timestamp::from_unix_millis(10_000));
+        // Nor does it reopen a final order.
+        for s in [Paid, Closed] {
+            let mut f = order(s, 10_000, 1);
+            f.cancel_requested_at = Some(Timestamp::from_unix_millis(1));
+            assert_eq!(decide_close(&f, Timestamp::from_unix_millis(5_000)), CloseDecision::AlreadyFinal(s));
+        }
     }
 
     #[test]

@@ -101,7 +101,8 @@ async fn put_stock(app: &OrderApi, req: &Request) -> Response<Body> {
     }
 }
 
-/// GET /orders/{order_id}, POST /orders/{order_id}/payments and the /admin routes.
+/// GET /orders/{order_id}, POST /orders/{order_id}/cancel, POST
+/// /orders/{order_id}/payments and the /admin routes.
 pub async fn order_api(app: &OrderApi, req: Request) -> Response<Body> {
     if let Err(e) = within_body_limit(&req) {
         return error_response(&e);
@@ -130,6 +131,13 @@ pub async fn order_api(app: &OrderApi, req: Request) -> Response<Body> {
             let (id, by) = (path_param(&req, "order_id"), caller_identity(&req));
             requests::force_check_until(&app.closer, &id, &by, invocation_until(&req)).await.map(|v| (200, v))
         }
+        "POST /orders/{order_id}/cancel" => match buyer(&req) {
+            Ok(user) => {
+                let id = path_param(&req, "order_id");
+                requests::cancel_order(&app.closer, &user, &id, body, invocation_until(&req)).await
+            }
+            Err(e) => Err(e),
+        },
         "POST /orders/{order_id}/payments" => return start_payment(app, &req).await,
         "PUT /admin/skus/{sku}" => return put_stock(app, &req).await,
         "GET /admin/skus/{sku}" => requests::get_stock(store, &path_param(&req, "sku")).await.map(|v| (200, v)),

@@ -16,7 +16,7 @@ use crate::usecases::create_order::{CreateOrder, CreateOrderRequest, Created, Re
 use crate::usecases::order_reads::Reader;
 use crate::usecases::payments::{PaymentNotice, PaymentStarted, StartPayment};
 use crate::usecases::queries::{NewCoupon, StockChange, MAX_STOCK};
-use crate::usecases::{channel_events, force_check as check, order_reads, payments, queries};
+use crate::usecases::{cancel_order as cancel, channel_events, force_check as check, order_reads, payments, queries};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -223,6 +223,36 @@ pub async fn get_order<S: OrderStore, Q: CloseReminders>(
     let order_id = OrderId::parse(id).map_err(|_| ApiError::not_found(format!("order {id}")))?;
     let read = order_reads::get_order(store, reminders, clock, &order_id, reader).await?;
     Ok(views::order_read(&read))
+}
+
+/// POST /orders/{order_id}/cancel, by `buyer`: 200 with the order once it
+/// is CLOSED, 202 while it is held in CLOSING (a payment attempt being
+/// confirmed at the channel first). The route takes no body: an empty one
+/// or `{}`; a field in it is refused rather than ignored.
+pub async fn cancel_order<S, C, Q>(
+    closer: &CloseOrder<S, C, Q>,
+    buyer: &UserId,
+    id: &str,
+    body: &[u8],
+    until: Option<std::time::Instant>,
+) -> Result<(u16, Value), ApiError>
+where
+    S: OrderStore + PaymentStore,
+    C: PaymentChannel,
+    Q: CloseReminders,
+{
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        if let Some(k) = json_object(body)?.keys().next() {
+            return Err(ApiError::invalid(format!("{k} is not a known field (a cancel takes no body)")));
+        }
+    }
+    let order_id = OrderId::parse(id).map_err(|_| ApiError::not_found(format!("order {id}")))?;
+    let cancelled = cancel::cancel_order(closer, buyer, &order_id, until).await?;
+    let status = match cancelled.outcome {
+        cancel::CancelOutcome::Closed => 200,
+        cancel::CancelOutcome::Closing => 202,
+    };
+    Ok((status, views::cancelled(&cancelled.record, closer.clock.now())))
 }
 
 /// POST /admin/orders/{order_id}/check, by the IAM caller `by`.

@@ -37,6 +37,12 @@ pub fn order_view(r: &OrderRecord) -> Value {
             "status": f.status, "notification": f.notification,
         })).collect::<Vec<_>>(),
     });
+    if let Some(at) = o.cancel_requested_at {
+        v["cancel_requested_at"] = json!(at);
+    }
+    if o.status == OrderStatus::Closed {
+        v["close_reason"] = json!(o.close_reason());
+    }
     if let Some(lock) = &r.coupon_lock {
         let mut c = json!({"coupon_id": lock.coupon_id, "state": lock.status});
         if let Some(reason) = &lock.reason {
@@ -64,6 +70,14 @@ pub fn admin_order_view(r: &OrderRecord) -> Value {
     v["coupon_lock"] = json!(r.coupon_lock);
     v["payments"] = json!(r.payments);
     v["refunds"] = json!(r.refunds);
+    v
+}
+
+/// `POST /orders/{id}/cancel`: the buyer's view of the order as the cancel
+/// left it.
+pub fn cancelled(r: &OrderRecord, now: Timestamp) -> Value {
+    let mut v = order_view(r);
+    v["expired_awaiting_close"] = json!(!r.order.status.is_final() && now >= r.order.expire_at);
     v
 }
 

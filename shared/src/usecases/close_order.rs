@@ -178,10 +178,11 @@ where
                 }
                 CloseDecision::CloseNow => match self.store.close_unpaid(&order, now).await? {
                     Cas::Applied => {
-                        let lag = order.expire_at.until(now);
-                        info!(expire_to_close_ms = lag.as_millis() as u64, "closed: expired with no payment attempt");
-                        first_handled_late(lag);
-                        closed(lag);
+                        let lag = order.due_at().until(now);
+                        let reason = order.close_reason().as_str();
+                        info!(due_to_close_ms = lag.as_millis() as u64, reason, "closed: no payment attempt");
+                        first_handled_late(&order, now);
+                        closed(&order, now);
                         return Ok(CloseOutcome::Closed);
                     }
                     Cas::Rejected => continue,
@@ -197,7 +198,7 @@ where
                         continue;
                     }
                     if order.closing.is_none() {
-                        first_handled_late(order.expire_at.until(now));
+                        first_handled_late(&order, now);
                     } else {
                         // A dead closer's lease ran out and we took it over.
                         warn!(resumes = lease.resumes, "CLOSING past its lease: resumed");
@@ -249,11 +250,16 @@ where
             return self.hold(&order, "payment state unknown").await.map(Some);
         }
         let now = self.clock.now();
-        match self.store.close_after_check(&order, now, "expired; every payment attempt confirmed unpaid").await? {
+        let cause = match order.close_reason() {
+            CloseReason::Expired => "expired; every payment attempt confirmed unpaid",
+            CloseReason::BuyerCancelled => "cancelled by the buyer; every payment attempt confirmed unpaid",
+        };
+        match self.store.close_after_check(&order, now, cause).await? {
             Cas::Applied => {
-                let lag = order.expire_at.until(now);
-                info!(expire_to_close_ms = lag.as_millis() as u64, "closed after confirming no payment succeeded");
-                closed(lag);
+                let lag = order.due_at().until(now);
+                let reason = order.close_reason().as_str();
+                info!(due_to_close_ms = lag.as_millis() as u64, reason, "closed after confirming no payment succeeded");
+                closed(&order, now);
                 Ok(Some(CloseOutcome::Closed))
             }
             // Our lease was taken over or a payment landed: the next read
@@ -427,16 +433,20 @@ where
     }
 }
 
-/// An order just closed, `lag` after its `expire_at` (seed 000 §11.1).
-fn closed(lag: Duration) {
+/// An order just closed at `now` (seed 000 §11.1). Only an expiry feeds
+/// `ExpiryToCloseDelay`: a buyer's cancel closes at once, and its figures
+/// would hide how late the wake-ups run.
+fn closed(order: &Order, now: Timestamp) {
     metrics::ORDER_CLOSED.count(1);
-    metrics::EXPIRY_TO_CLOSE_DELAY.duration(lag);
+    if order.close_reason() == CloseReason::Expired {
+        metrics::EXPIRY_TO_CLOSE_DELAY.duration(order.expire_at.until(now));
+    }
 }
 
 /// The first close run of a due order (not a resumed or held one): was
-/// its wake-up late?
-fn first_handled_late(lag: Duration) {
-    if lag > LATE_WAKE_UP_AFTER {
+/// its wake-up late? A cancel has no wake-up to be late.
+fn first_handled_late(order: &Order, now: Timestamp) {
+    if order.close_reason() == CloseReason::Expired && order.expire_at.until(now) > LATE_WAKE_UP_AFTER {
         metrics::LATE_WAKE_UP.count(1);
     }
 }

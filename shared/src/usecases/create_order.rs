@@ -170,6 +170,7 @@ impl<S: OrderStore> CreateOrder<S> {
             created_at: now,
             expire_at: now.plus(self.window),
             expiry_rule_version: self.expiry_rule_version.clone(),
+            cancel_requested_at: None,
             payment_attempts: 0,
             closing: None,
             paid_by: None,

@@ -1,6 +1,7 @@
 //! Use cases: one per trigger, generic over the ports. Each is the whole
 //! business decision for its trigger; handlers only decode and encode.
 
+pub mod cancel_order;
 pub mod channel_events;
 pub mod close_order;
 pub mod create_order;

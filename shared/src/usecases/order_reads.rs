@@ -73,7 +73,10 @@ pub async fn get_order<S: OrderStore, Q: CloseReminders>(
     let now = clock.now();
     let order = &record.order;
     let overdue = !order.status.is_final() && order.expire_at <= now;
-    if overdue && order.status == OrderStatus::PendingPayment && !admin {
+    // Due: past its window, or its buyer asked to cancel and the close has
+    // not happened yet (the cancel's own close failed midway).
+    let due = order.status == OrderStatus::PendingPayment && order.due_at() <= now;
+    if due && !admin {
         // A CLOSING order already has a closer (and the sweep behind it); an
         // operator's look changes nothing (the force-check is the route
         // that acts).

@@ -151,6 +151,12 @@ where
                     format!("the order is {} and can no longer be paid", order.status.as_str()),
                 ));
             }
+            if order.cancel_requested_at.is_some() {
+                return Err(UseCaseError::conflict(
+                    "order_cancelled",
+                    "the buyer cancelled this order; it is being closed and can no longer be paid",
+                ));
+            }
             if now >= order.expire_at {
                 return Err(UseCaseError::conflict(
                     "order_expired",
@@ -228,9 +234,11 @@ where
         // The first call may have failed between recording the attempt and
         // opening it at the channel (it answered 500, and the client retries
         // as told). Opening is idempotent at the channel; only an attempt
-        // that can still be paid is opened.
+        // that can still be paid is opened (not on an order its buyer asked
+        // to cancel).
         let (attempt, client_secret) = if attempt.status == PaymentStatus::Processing
             && order.status == OrderStatus::PendingPayment
+            && order.cancel_requested_at.is_none()
             && self.clock.now() < order.expire_at
         {
             self.open(channel, attempt).await?

@@ -563,6 +563,7 @@ mod tests {
             created_at: Timestamp::from_unix_millis(0),
             expire_at: Timestamp::from_unix_millis(1),
             expiry_rule_version: "v".into(),
+            cancel_requested_at: None,
             payment_attempts: 1,
             closing: None,
             paid_by: paid_by.map(|p| PaymentId::parse(p).unwrap()),

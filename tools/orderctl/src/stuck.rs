@@ -236,12 +236,13 @@ async fn classify(store: &DynamoStore, entry: DueEntry, now: Timestamp, report: 
                     report.closing_past_lease.push(open(l.lease_until))
                 }
                 (OrderStatus::Closing, None) => report.closing_past_lease.push(open(entry.due_at)),
+                // Due at `expire_at`, or earlier when its buyer asked to cancel.
                 (OrderStatus::PendingPayment, _)
-                    if o.expire_at.plus(Duration::from_secs(report.grace_seconds)) <= now =>
+                    if o.due_at().plus(Duration::from_secs(report.grace_seconds)) <= now =>
                 {
-                    report.open_past_expiry.push(open(o.expire_at))
+                    report.open_past_expiry.push(open(o.due_at()))
                 }
-                (OrderStatus::PendingPayment, _) if o.expire_at <= now => report.open_within_grace += 1,
+                (OrderStatus::PendingPayment, _) if o.due_at() <= now => report.open_within_grace += 1,
                 // The write into a final status moves the entry to FX# or
                 // drops it; one left behind means the record was written
                 // some other way, and the sweep reminds it every run.
