@@ -388,6 +388,45 @@ pub struct DueEntry {
 /// `LastEvaluatedKey`, all string attributes).
 pub type DueCursor = std::collections::BTreeMap<String, String>;
 
+/// One line of a buyer's order list: what the buyer needs to act on it,
+/// as the buyer index projects it (no lines, payments or history).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct OrderSummary {
+    pub order_id: OrderId,
+    pub status: OrderStatus,
+    pub created_at: Timestamp,
+    pub expire_at: Timestamp,
+    pub amount_total: i64,
+    pub currency: Currency,
+    #[serde(default)]
+    pub cancel_requested_at: Option<Timestamp>,
+}
+
+/// One page of a buyer's orders, newest first, and where the next starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuyerOrdersPage {
+    pub orders: Vec<OrderSummary>,
+    /// The index key to start the next page after; `None` on the last page.
+    pub next: Option<DueCursor>,
+}
+
+/// A buyer's own orders, by the buyer index (`user_id`, `created_at`): a
+/// `Query` of one buyer's partition, never a Scan and never an offset.
+#[async_trait]
+pub trait BuyerOrders: Send + Sync {
+    /// Up to `limit` of `user`'s orders created before the cursor `after`
+    /// (from the newest when `None`), only those in `status` when given. A
+    /// filtered page may hold fewer than `limit` orders and still have a
+    /// next one: DynamoDB applies `limit` before the filter.
+    async fn buyer_orders(
+        &self,
+        user: &UserId,
+        status: Option<OrderStatus>,
+        limit: u32,
+        after: Option<DueCursor>,
+    ) -> Result<BuyerOrdersPage, Unavailable>;
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DuePage {
     pub entries: Vec<DueEntry>,

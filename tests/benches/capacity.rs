@@ -12,8 +12,10 @@ use order_core::domain::*;
 use order_core::handlers::requests::{create_order, payment_notification, start_payment};
 use order_core::ports::*;
 use order_core::store::*;
+use order_core::usecases::cancel_order::{cancel_order, CancelOutcome};
 use order_core::usecases::close_order::{CloseOrder, CloseOutcome, DEFAULT_CLOSE_BUDGET};
 use order_core::usecases::create_order::CreateOrder;
+use order_core::usecases::my_orders::{list_orders, ListQuery};
 use order_core::usecases::payments::StartPayment;
 use order_core::usecases::refunds::{process_refund, RefundOutcome};
 use order_core::usecases::release_order::{release_order, settle_order};
@@ -291,6 +293,36 @@ async fn late_payment(w: &World) -> (Vec<Step>, Order) {
     (steps, o)
 }
 
+/// Cancelled by its buyer before anyone paid: the cancel request, the
+/// close it runs at once, the release; then one page of the buyer's list.
+async fn cancelled(w: &World) -> (Vec<Step>, Order) {
+    let mut steps = Vec::new();
+    w.clock.set(T0);
+    let o = w.create(None).await;
+    w.step("create", &mut steps);
+    w.clock.set(T0 + 5_000);
+    let closer = CloseOrder {
+        store: w.store.clone(),
+        channel: w.channel.clone(),
+        reminders: RecordedReminders::default(),
+        clock: Box::new(w.clock.clone()),
+        lease: Duration::from_secs(30),
+        not_found_grace: Duration::from_secs(10),
+        budget: DEFAULT_CLOSE_BUDGET,
+    };
+    let c = cancel_order(&closer, &o.user_id, &o.order_id, None).await.unwrap();
+    assert_eq!(c.outcome, CancelOutcome::Closed);
+    w.step("cancel (request + close)", &mut steps);
+    let r = release_order(&w.store, &w.clock, &o.order_id).await.unwrap();
+    assert_eq!(r.refused, 0);
+    w.step("release", &mut steps);
+    let q = ListQuery { status: None, limit: 20, after: None };
+    let page = list_orders(&w.store, &w.clock, &o.user_id, q).await.unwrap();
+    assert_eq!(page.orders.len(), 1);
+    w.step("list the buyer's orders (one page)", &mut steps);
+    (steps, o)
+}
+
 #[tokio::main]
 async fn main() {
     println!(
@@ -314,4 +346,7 @@ async fn main() {
     let c = w.coupon().await;
     let (s, o) = paid(&w, Some(&c)).await;
     print_path("with a coupon, paid → settled, coupon used", &s, &w.item_sizes(&o, Some(&c)).await);
+    let w = World::new().await;
+    let (s, o) = cancelled(&w).await;
+    print_path("cancelled by the buyer → closed and released; one list page", &s, &w.item_sizes(&o, None).await);
 }

@@ -68,8 +68,8 @@ pub async fn stack_config() -> aws_config::SdkConfig {
     sdk_config(&stack_endpoint()).await
 }
 
-/// A fresh table with the production schema (keys, due and reconcile
-/// indexes, stream) and
+/// A fresh table with the production schema (keys, due, reconcile and
+/// buyer indexes, stream) and
 /// a unique name, so that tests never see each other's data.
 pub async fn fresh_table(client: &aws_sdk_dynamodb::Client) -> DynamoStore {
     let name = format!("orders-test-{}", rand::random::<u64>());
@@ -87,6 +87,8 @@ pub async fn fresh_table(client: &aws_sdk_dynamodb::Client) -> DynamoStore {
         .attribute_definitions(s("due_at"))
         .attribute_definitions(s("recon_part"))
         .attribute_definitions(s("recon_at"))
+        .attribute_definitions(s("user_id"))
+        .attribute_definitions(s("created_at"))
         .key_schema(k("pk", KeyType::Hash))
         .key_schema(k("sk", KeyType::Range))
         .global_secondary_indexes(
@@ -104,6 +106,32 @@ pub async fn fresh_table(client: &aws_sdk_dynamodb::Client) -> DynamoStore {
                 .key_schema(k("recon_part", KeyType::Hash))
                 .key_schema(k("recon_at", KeyType::Range))
                 .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
+                .build()
+                .unwrap(),
+        )
+        .global_secondary_indexes(
+            GlobalSecondaryIndex::builder()
+                .index_name("buyer-index")
+                .key_schema(k("user_id", KeyType::Hash))
+                .key_schema(k("created_at", KeyType::Range))
+                .projection(
+                    Projection::builder()
+                        .projection_type(ProjectionType::Include)
+                        .set_non_key_attributes(Some(
+                            [
+                                "entity",
+                                "order_id",
+                                "status",
+                                "expire_at",
+                                "amount_total",
+                                "currency",
+                                "cancel_requested_at",
+                            ]
+                            .map(String::from)
+                            .to_vec(),
+                        ))
+                        .build(),
+                )
                 .build()
                 .unwrap(),
         )

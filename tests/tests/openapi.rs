@@ -393,6 +393,9 @@ impl Scenario {
                     replace_strings(&mut v, &self.ids);
                     path = path.replace(&format!("{{{name}}}"), v.as_str().expect("a string path example"));
                 }
+                // Query parameters are optional filters: the example request
+                // is the unfiltered one (e2e_my_orders.rs sends them).
+                Some("query") => assert_ne!(p["required"], json!(true), "{id}: required query parameter {name}"),
                 Some("header") if name == "Idempotency-Key" => headers.push((name.into(), unique("openapi"))),
                 Some("header") if name == "X-Signature" => {} // signed below, over the body sent
                 // The Stripe channel's header: the examples are the
@@ -534,6 +537,13 @@ async fn e2e_every_request_example_gets_its_documented_answer() {
     s.bind(DOC_ORDER, &c);
     let cancelled = s.send("cancelOrder", None).await;
     assert_eq!(cancelled.body["close_reason"], "BUYER_CANCELLED", "{cancelled:?}");
+
+    // The buyer's orders: C, B and A, newest first (after them, any this
+    // buyer made on the same stack before).
+    let list = s.send("listOrders", None).await;
+    let ids: Vec<&str> =
+        list.body["orders"].as_array().unwrap().iter().map(|o| o["order_id"].as_str().unwrap()).collect();
+    assert_eq!(ids.get(..3), Some(&[c.as_str(), b.as_str(), a.as_str()][..]), "{list:?}");
 
     s.send("adminPutSku", Some("reprice")).await;
 

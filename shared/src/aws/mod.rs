@@ -1,5 +1,6 @@
 //! AWS adapters: the only code that touches the SDK.
 
+pub mod buyer_index;
 pub mod call_count;
 pub mod catalog;
 pub mod clients;

@@ -101,8 +101,8 @@ async fn put_stock(app: &OrderApi, req: &Request) -> Response<Body> {
     }
 }
 
-/// GET /orders/{order_id}, POST /orders/{order_id}/cancel, POST
-/// /orders/{order_id}/payments and the /admin routes.
+/// GET /orders, GET /orders/{order_id}, POST /orders/{order_id}/cancel,
+/// POST /orders/{order_id}/payments and the /admin routes.
 pub async fn order_api(app: &OrderApi, req: Request) -> Response<Body> {
     if let Err(e) = within_body_limit(&req) {
         return error_response(&e);
@@ -131,6 +131,14 @@ pub async fn order_api(app: &OrderApi, req: Request) -> Response<Body> {
             let (id, by) = (path_param(&req, "order_id"), caller_identity(&req));
             requests::force_check_until(&app.closer, &id, &by, invocation_until(&req)).await.map(|v| (200, v))
         }
+        "GET /orders" => match buyer(&req) {
+            Ok(user) => {
+                let params: Vec<(String, String)> =
+                    req.query_string_parameters().iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+                requests::list_orders(store, app.clock.as_ref(), &user, &params).await.map(|v| (200, v))
+            }
+            Err(e) => Err(e),
+        },
         "POST /orders/{order_id}/cancel" => match buyer(&req) {
             Ok(user) => {
                 let id = path_param(&req, "order_id");

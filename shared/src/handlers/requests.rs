@@ -6,13 +6,15 @@
 //! [`ApiError`] through the one mapping in [`crate::error`].
 
 use super::views;
+use crate::aws::buyer_index::MAX_PAGE;
 use crate::domain::money::{line_total, MAX_AMOUNT};
 use crate::domain::*;
 use crate::error::{json_object, ApiError};
 use crate::ports::{Clock, CloseReminders, IdGen, PaymentChannel};
-use crate::store::{OrderStore, PaymentStore, StockLedger};
+use crate::store::{BuyerOrders, OrderStore, PaymentStore, StockLedger};
 use crate::usecases::close_order::CloseOrder;
 use crate::usecases::create_order::{CreateOrder, CreateOrderRequest, Created, RequestLine, MAX_LINES, MAX_QTY};
+use crate::usecases::my_orders::{self, ListQuery};
 use crate::usecases::order_reads::Reader;
 use crate::usecases::payments::{PaymentNotice, PaymentStarted, StartPayment};
 use crate::usecases::queries::{NewCoupon, StockChange, MAX_STOCK};
@@ -225,6 +227,91 @@ pub async fn get_order<S: OrderStore, Q: CloseReminders>(
     Ok(views::order_read(&read))
 }
 
+/// The page size of `GET /orders` when the buyer gives none.
+pub const DEFAULT_PAGE: u32 = 20;
+
+/// The wire form of a list cursor: the index key the page ended on and the
+/// filter it was issued for, as hex of its JSON. Opaque to clients; not a
+/// secret (it names only the buyer's own order), but bound to the buyer
+/// (the use case checks the key's partition) and to the filter (here).
+#[derive(serde::Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListCursor {
+    v: u32,
+    status: Option<OrderStatus>,
+    key: crate::store::DueCursor,
+}
+
+fn encode_cursor(status: Option<OrderStatus>, key: crate::store::DueCursor) -> String {
+    hex::encode(serde_json::to_vec(&ListCursor { v: 1, status, key }).expect("serialisable"))
+}
+
+impl ListQuery {
+    /// `GET /orders?status=&limit=&cursor=`, each at most once; anything
+    /// else is refused by name.
+    pub fn parse(params: &[(String, String)]) -> Result<Self, ApiError> {
+        let mut seen = std::collections::BTreeSet::new();
+        for (k, _) in params {
+            if !["status", "limit", "cursor"].contains(&k.as_str()) {
+                return Err(ApiError::invalid(format!("{k} is not a known query parameter (status, limit, cursor)")));
+            }
+            if !seen.insert(k.as_str()) {
+                return Err(ApiError::invalid(format!("{k} may be given once")));
+            }
+        }
+        let get = |name: &str| params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+        let status = match get("status") {
+            None => None,
+            Some(v) => Some(OrderStatus::ALL.into_iter().find(|s| s.as_str() == v).ok_or_else(|| {
+                ApiError::invalid(format!("status {v:?} must be one of PENDING_PAYMENT, CLOSING, PAID, CLOSED"))
+            })?),
+        };
+        let limit = match get("limit") {
+            None => DEFAULT_PAGE,
+            Some(v) => v
+                .parse::<u32>()
+                .ok()
+                .filter(|l| (1..=MAX_PAGE).contains(l))
+                .ok_or_else(|| ApiError::invalid(format!("limit must be an integer from 1 to {MAX_PAGE}")))?,
+        };
+        let after = match get("cursor") {
+            None => None,
+            Some(c) => {
+                let malformed = || {
+                    ApiError::invalid("cursor is malformed; pass next_cursor from the previous page as it was given")
+                };
+                let cursor: ListCursor = hex::decode(c)
+                    .ok()
+                    .and_then(|b| serde_json::from_slice(&b).ok())
+                    .filter(|c: &ListCursor| c.v == 1)
+                    .ok_or_else(malformed)?;
+                if cursor.status != status {
+                    return Err(ApiError::invalid(
+                        "cursor was issued for another status filter; keep the filter or start again without a cursor",
+                    ));
+                }
+                Some(cursor.key)
+            }
+        };
+        Ok(Self { status, limit, after })
+    }
+}
+
+/// GET /orders, by `buyer`: a page of their orders, newest first, and
+/// `next_cursor` while there are more.
+pub async fn list_orders<S: BuyerOrders>(
+    store: &S,
+    clock: &dyn Clock,
+    buyer: &UserId,
+    params: &[(String, String)],
+) -> Result<Value, ApiError> {
+    let query = ListQuery::parse(params)?;
+    let status = query.status;
+    let list = my_orders::list_orders(store, clock, buyer, query).await?;
+    let next = list.next.clone().map(|key| encode_cursor(status, key));
+    Ok(views::order_list(&list, next))
+}
+
 /// POST /orders/{order_id}/cancel, by `buyer`: 200 with the order once it
 /// is CLOSED, 202 while it is held in CLOSING (a payment attempt being
 /// confirmed at the channel first). The route takes no body: an empty one
@@ -403,6 +490,49 @@ pub async fn get_coupon<S: OrderStore>(store: &S, coupon_id: &str) -> Result<Val
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn params(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn list_refusal(pairs: &[(&str, &str)]) -> String {
+        match ListQuery::parse(&params(pairs)) {
+            Err(ApiError::Refused { code: "invalid_request", message, .. }) => message,
+            other => panic!("expected invalid_request for {pairs:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_list_query_takes_a_status_a_limit_and_a_cursor_issued_for_the_same_filter() {
+        let q = ListQuery::parse(&[]).unwrap();
+        assert_eq!((q.status, q.limit, q.after), (None, DEFAULT_PAGE, None));
+        let key: crate::store::DueCursor =
+            [("user_id", "u1"), ("created_at", "2026-12-04T10:00:00.000Z"), ("pk", "ORDER#o"), ("sk", "ORDER")]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .into();
+        let cursor = encode_cursor(Some(OrderStatus::Closed), key.clone());
+        let q = ListQuery::parse(&params(&[("status", "CLOSED"), ("limit", "100"), ("cursor", &cursor)])).unwrap();
+        assert_eq!((q.status, q.limit, q.after), (Some(OrderStatus::Closed), 100, Some(key)));
+        // Bound to its filter.
+        assert!(list_refusal(&[("cursor", &cursor)]).contains("another status filter"));
+        assert!(list_refusal(&[("status", "PAID"), ("cursor", &cursor)]).contains("another status filter"));
+    }
+
+    #[test]
+    fn a_bad_list_query_is_refused_by_name() {
+        assert!(list_refusal(&[("page", "2")]).contains("page is not a known query parameter"));
+        assert!(list_refusal(&[("limit", "5"), ("limit", "6")]).contains("limit may be given once"));
+        assert!(list_refusal(&[("status", "OPEN")]).contains("must be one of PENDING_PAYMENT"));
+        for limit in ["0", "101", "-1", "ten", "1.5", ""] {
+            assert!(list_refusal(&[("limit", limit)]).contains("limit must be an integer from 1 to 100"), "{limit}");
+        }
+        let not_json = hex::encode(b"not json");
+        let v2 = hex::encode(br#"{"v":2,"status":null,"key":{}}"#);
+        let extra = hex::encode(br#"{"v":1,"status":null,"key":{},"offset":40}"#);
+        for cursor in ["zz", "abc", not_json.as_str(), v2.as_str(), extra.as_str()] {
+            assert!(list_refusal(&[("cursor", cursor)]).contains("cursor is malformed"), "{cursor}");
+        }
+    }
     use crate::store::Stock;
     use crate::usecases::create_order::amount_total;
     use crate::usecases::UseCaseError;

@@ -5,6 +5,7 @@
 use crate::domain::*;
 use crate::usecases::close_order::CloseOutcome;
 use crate::usecases::force_check::ForceCheck;
+use crate::usecases::my_orders::OrderList;
 use crate::usecases::order_reads::{Held, OrderRead};
 use crate::usecases::payments::PaymentStarted;
 use serde_json::{json, Value};
@@ -78,6 +79,36 @@ pub fn admin_order_view(r: &OrderRecord) -> Value {
 pub fn cancelled(r: &OrderRecord, now: Timestamp) -> Value {
     let mut v = order_view(r);
     v["expired_awaiting_close"] = json!(!r.order.status.is_final() && now >= r.order.expire_at);
+    v
+}
+
+/// `GET /orders`: a page of the buyer's orders.
+pub fn order_list(list: &OrderList, next_cursor: Option<String>) -> Value {
+    let orders: Vec<Value> = list
+        .orders
+        .iter()
+        .map(|l| {
+            let o = &l.summary;
+            let mut v = json!({
+                "order_id": o.order_id, "status": o.status, "created_at": o.created_at,
+                "expire_at": o.expire_at, "amount_total": o.amount_total, "currency": o.currency,
+                "seconds_left": l.seconds_left, "expired_awaiting_close": l.expired_awaiting_close,
+            });
+            if let Some(at) = o.cancel_requested_at {
+                v["cancel_requested_at"] = json!(at);
+            }
+            if o.status == OrderStatus::Closed {
+                let reason =
+                    if o.cancel_requested_at.is_some() { CloseReason::BuyerCancelled } else { CloseReason::Expired };
+                v["close_reason"] = json!(reason);
+            }
+            v
+        })
+        .collect();
+    let mut v = json!({ "orders": orders });
+    if let Some(c) = next_cursor {
+        v["next_cursor"] = json!(c);
+    }
     v
 }
 

@@ -6,6 +6,7 @@ pub mod channel_events;
 pub mod close_order;
 pub mod create_order;
 pub mod force_check;
+pub mod my_orders;
 pub mod order_reads;
 pub mod payments;
 pub mod pending_effects;
