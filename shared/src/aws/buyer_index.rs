@@ -1,9 +1,10 @@
 //! The DynamoDB adapter of a buyer's order list: the `buyer-index` GSI,
 //! keyed by the order item's own `user_id` (hash) and `created_at` (range).
-//! Only order items carry both attributes, so the index holds orders only
-//! (and every order, including those written before the index existed:
-//! DynamoDB fills a new GSI from the table). It projects what a list line
-//! shows. Layout in `infra/data-model.md` ("The buyer index").
+//! Order items carry both attributes (every order, including those written
+//! before the index existed: DynamoDB fills a new GSI from the table), and
+//! so do refunds, which the query's filter on `entity` leaves out. It
+//! projects what a list line shows; its reads are eventually consistent.
+//! Layout in `infra/data-model.md` ("The buyer index").
 
 use super::dynamo::{s, DynamoStore, Item};
 use crate::domain::{OrderStatus, UserId};

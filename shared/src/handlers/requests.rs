@@ -242,6 +242,26 @@ struct ListCursor {
     key: crate::store::DueCursor,
 }
 
+/// Whether `key` is shaped like a key of the buyer index, as DynamoDB
+/// demands of a start key (the index's keys and the table's, no other
+/// attribute, none empty): an order's, or a refund's (refunds carry
+/// `user_id` and `created_at` too, so a page may end on one). A cursor
+/// edited into anything else would make the query fail as a server error.
+fn is_buyer_index_key(key: &crate::store::DueCursor) -> bool {
+    let get = |k: &str| key.get(k).map(String::as_str);
+    let order_pk = get("pk").and_then(|p| p.strip_prefix("ORDER#")).is_some_and(|id| OrderId::parse(id).is_ok());
+    let sk = match get("sk") {
+        Some("ORDER") => true,
+        Some(sk) => sk.strip_prefix("REFUND#").is_some_and(|p| PaymentId::parse(p).is_ok()),
+        None => false,
+    };
+    key.len() == 4
+        && order_pk
+        && sk
+        && get("created_at").is_some_and(|t| Timestamp::parse(t).is_ok())
+        && get("user_id").is_some_and(|u| UserId::parse(u).is_ok())
+}
+
 fn encode_cursor(status: Option<OrderStatus>, key: crate::store::DueCursor) -> String {
     hex::encode(serde_json::to_vec(&ListCursor { v: 1, status, key }).expect("serialisable"))
 }
@@ -283,7 +303,7 @@ impl ListQuery {
                 let cursor: ListCursor = hex::decode(c)
                     .ok()
                     .and_then(|b| serde_json::from_slice(&b).ok())
-                    .filter(|c: &ListCursor| c.v == 1)
+                    .filter(|c: &ListCursor| c.v == 1 && is_buyer_index_key(&c.key))
                     .ok_or_else(malformed)?;
                 if cursor.status != status {
                     return Err(ApiError::invalid(
@@ -525,6 +545,26 @@ mod tests {
         assert!(list_refusal(&[("status", "OPEN")]).contains("must be one of PENDING_PAYMENT"));
         for limit in ["0", "101", "-1", "ten", "1.5", ""] {
             assert!(list_refusal(&[("limit", limit)]).contains("limit must be an integer from 1 to 100"), "{limit}");
+        }
+        // Shaped by hand: only a key of the buyer index is a cursor.
+        let key = |pairs: &[(&str, &str)]| -> String {
+            let key: crate::store::DueCursor = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            encode_cursor(None, key)
+        };
+        let whole =
+            [("user_id", "u1"), ("created_at", "2026-12-04T10:00:00.000Z"), ("pk", "ORDER#o1"), ("sk", "ORDER")];
+        assert!(ListQuery::parse(&params(&[("cursor", &key(&whole))])).is_ok());
+        let refund_sk = [whole[0], whole[1], whole[2], ("sk", "REFUND#pay_1")];
+        assert!(ListQuery::parse(&params(&[("cursor", &key(&refund_sk))])).is_ok());
+        for bad in [
+            key(&whole[..1]),
+            key(&[whole[0], whole[1], whole[2], whole[3], ("x", "y")]),
+            key(&[whole[0], ("created_at", ""), whole[2], whole[3]]),
+            key(&[whole[0], whole[1], ("pk", "SKU#A"), whole[3]]),
+            key(&[whole[0], whole[1], (whole[2].0, &format!("ORDER#{}", "o".repeat(3000))), whole[3]]),
+            key(&[whole[0], whole[1], whole[2], ("sk", "STOCK")]),
+        ] {
+            assert!(list_refusal(&[("cursor", &bad)]).contains("cursor is malformed"), "{bad}");
         }
         let not_json = hex::encode(b"not json");
         let v2 = hex::encode(br#"{"v":2,"status":null,"key":{}}"#);
