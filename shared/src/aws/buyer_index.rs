@@ -6,7 +6,8 @@
 //! projects what a list line shows; its reads are eventually consistent.
 //! Layout in `infra/data-model.md` ("The buyer index").
 
-use super::dynamo::{s, DynamoStore, Item};
+use super::due_index::{cursor_of, item_of};
+use super::dynamo::{s, DynamoStore};
 use crate::domain::{OrderStatus, UserId};
 use crate::ports::Unavailable;
 use crate::store::{BuyerOrders, BuyerOrdersPage, DueCursor, OrderSummary};
@@ -16,14 +17,6 @@ pub const BUYER_INDEX: &str = "buyer-index";
 
 /// The most orders one page may ask for.
 pub const MAX_PAGE: u32 = 100;
-
-fn cursor_of(item: &Item) -> DueCursor {
-    item.iter().filter_map(|(k, v)| v.as_s().ok().map(|s| (k.clone(), s.clone()))).collect()
-}
-
-fn item_of(cursor: &DueCursor) -> Item {
-    cursor.iter().map(|(k, v)| (k.clone(), s(v.as_str()))).collect()
-}
 
 #[async_trait]
 impl BuyerOrders for DynamoStore {

@@ -52,11 +52,14 @@ fn own_due_time(order: &Item, effects_grace: std::time::Duration) -> Option<Time
     }
 }
 
-fn cursor_of(item: &Item) -> DueCursor {
+/// A page's `LastEvaluatedKey` as a cursor (every key attribute of these
+/// indexes and the table is a string), and back: shared by every index
+/// adapter (due, reconcile, buyer).
+pub(super) fn cursor_of(item: &Item) -> DueCursor {
     item.iter().filter_map(|(k, v)| v.as_s().ok().map(|s| (k.clone(), s.clone()))).collect()
 }
 
-fn item_of(cursor: &DueCursor) -> Item {
+pub(super) fn item_of(cursor: &DueCursor) -> Item {
     cursor.iter().map(|(k, v)| (k.clone(), s(v.as_str()))).collect()
 }
 

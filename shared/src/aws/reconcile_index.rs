@@ -3,6 +3,7 @@
 //! order partitions read by key, and the runs' records (`RECON#<day>`).
 //! Layout in `infra/data-model.md` ("The reconcile index").
 
+use super::due_index::{cursor_of, item_of};
 use super::dynamo::{key, s, DynamoStore, Item};
 use crate::domain::{Day, OrderId, Sku};
 use crate::error::error_chain;
@@ -16,14 +17,6 @@ use futures_util::{stream, StreamExt, TryStreamExt};
 pub const RECONCILE_INDEX: &str = "reconcile-index";
 /// Order partitions read at once by a piece.
 const READS_IN_FLIGHT: usize = 8;
-
-fn cursor_of(item: &Item) -> DueCursor {
-    item.iter().filter_map(|(k, v)| v.as_s().ok().map(|s| (k.clone(), s.clone()))).collect()
-}
-
-fn item_of(cursor: &DueCursor) -> Item {
-    cursor.iter().map(|(k, v)| (k.clone(), s(v.as_str()))).collect()
-}
 
 fn text(item: &Item, attr: &str) -> String {
     item.get(attr).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default()
