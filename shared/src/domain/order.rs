@@ -194,6 +194,16 @@ pub enum CloseReason {
 }
 
 impl CloseReason {
+    /// The reason a close of an order with this cancel request (or none)
+    /// records: the one rule, for the order and for its list line.
+    pub fn of(cancel_requested_at: Option<Timestamp>) -> Self {
+        if cancel_requested_at.is_some() {
+            Self::BuyerCancelled
+        } else {
+            Self::Expired
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Expired => "EXPIRED",
@@ -215,11 +225,7 @@ impl Order {
     /// Why a close of this order closes it. A cancel is recorded only while
     /// the window is open, so a cancelled order is always closed as such.
     pub fn close_reason(&self) -> CloseReason {
-        if self.cancel_requested_at.is_some() {
-            CloseReason::BuyerCancelled
-        } else {
-            CloseReason::Expired
-        }
+        CloseReason::of(self.cancel_requested_at)
     }
 }
 

@@ -98,9 +98,7 @@ pub fn order_list(list: &OrderList, next_cursor: Option<String>) -> Value {
                 v["cancel_requested_at"] = json!(at);
             }
             if o.status == OrderStatus::Closed {
-                let reason =
-                    if o.cancel_requested_at.is_some() { CloseReason::BuyerCancelled } else { CloseReason::Expired };
-                v["close_reason"] = json!(reason);
+                v["close_reason"] = json!(CloseReason::of(o.cancel_requested_at));
             }
             v
         })
