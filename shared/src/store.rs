@@ -67,6 +67,52 @@ pub enum CreateResult {
         now: Option<Price>,
     },
     CouponUnavailable,
+    /// The buyer's units of `sku` (held by open orders and bought) plus
+    /// this order's would pass the SKU's purchase limit.
+    PurchaseLimitReached {
+        sku: Sku,
+        limit: u32,
+    },
+    /// The buyer's points balance is below the order's points.
+    NotEnoughPoints,
+    /// The buyer already has `cap` open orders.
+    OpenOrderCapReached {
+        cap: u32,
+    },
+}
+
+/// The bounds a create checks its buyer's holdings against, in the same
+/// transaction that takes them: the SKUs' purchase limits as the catalog
+/// read gave them, and the open-order cap of the stack.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Caps {
+    /// At most this many open orders per buyer; `None`: no cap.
+    pub open_orders: Option<u32>,
+    /// At most this many units per buyer of each SKU listed, open and
+    /// bought together.
+    pub purchase_limits: std::collections::BTreeMap<Sku, u32>,
+}
+
+impl Caps {
+    /// Everything `order` holds under these caps (stock, purchase limits,
+    /// points, the open-order slot), each RESERVED.
+    pub fn holdings(&self, order: &Order) -> Vec<Reservation> {
+        let mut held: Vec<Reservation> = order.items.iter().map(|l| Reservation::stock(&l.sku, l.qty)).collect();
+        held.extend(
+            order
+                .items
+                .iter()
+                .filter(|l| self.purchase_limits.contains_key(&l.sku))
+                .map(|l| Reservation::purchase_limit(&order.user_id, &l.sku, l.qty)),
+        );
+        if order.points > 0 {
+            held.push(Reservation::points(&order.user_id, order.points));
+        }
+        if self.open_orders.is_some() {
+            held.push(Reservation::open_order_slot(&order.user_id));
+        }
+        held
+    }
 }
 
 /// What an order idempotency key was first used for.
@@ -108,12 +154,20 @@ pub type Moved<S> = Result<Step<S>, Refused>;
 
 #[async_trait]
 pub trait OrderStore: Send + Sync {
-    /// One transaction: idempotency key, order, a stock decrement and a
-    /// reservation per line, and the coupon lock. Each stock decrement is
-    /// also conditional on the SKU's catalog price and currency still being
-    /// the line's `unit_price` and the order's currency, so an order is
-    /// never written at a price the catalog no longer has.
-    async fn create_order(&self, order: &Order, claim: &IdempotencyClaim) -> Result<CreateResult, Unavailable>;
+    /// One transaction: idempotency key, order, every holding of
+    /// [`Caps::holdings`] with its counter's move (a stock decrement per
+    /// line; a purchase-limit count per limited line; the points; the
+    /// open-order slot), and the coupon lock. Each stock decrement is also
+    /// conditional on the SKU's catalog price and currency still being the
+    /// line's `unit_price` and the order's currency, so an order is never
+    /// written at a price the catalog no longer has; each buyer counter on
+    /// staying within `caps`.
+    async fn create_order(
+        &self,
+        order: &Order,
+        caps: &Caps,
+        claim: &IdempotencyClaim,
+    ) -> Result<CreateResult, Unavailable>;
 
     /// What the idempotency key of `user_id` was used for, if it was.
     /// Read only to answer a retry that is refused before its transaction.

@@ -76,6 +76,7 @@ impl World {
             ids: Box::new(RandomIds),
             window: WINDOW,
             expiry_rule_version: "bench".into(),
+            open_order_cap: None,
         };
         let mut body =
             json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});

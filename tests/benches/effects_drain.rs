@@ -223,6 +223,7 @@ async fn closed_order(store: &DynamoStore, user: &str) -> OrderId {
         ids: Box::new(RandomIds),
         window: Duration::from_secs(60),
         expiry_rule_version: "w60".into(),
+        open_order_cap: None,
     };
     let body = json!({"user_id": user, "currency": "EUR", "items": [{"sku": sku(0).to_string(), "qty": 1, "unit_price": 100}]});
     let order = creator.execute_as_named(Some("k-template"), body.to_string().as_bytes()).await.unwrap().order;

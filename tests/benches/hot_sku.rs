@@ -84,6 +84,7 @@ async fn run_level(
                 ids: Box::new(RandomIds),
                 window: Duration::from_secs(900),
                 expiry_rule_version: "bench".into(),
+                open_order_cap: None,
             };
             let buyer = UserId::parse(format!("buyer-{i}")).unwrap();
             let (mut ok, mut failed, mut lat) = (0usize, 0usize, Vec::new());

@@ -112,6 +112,7 @@ async fn plant_the_day(store: &DynamoStore, ledger: &aws_sdk_dynamodb::Client, l
             ids: Box::new(RandomIds),
             window: Duration::from_secs(60),
             expiry_rule_version: "bench".into(),
+            open_order_cap: None,
         };
         let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
         let buyer = UserId::parse("u1").unwrap();

@@ -117,6 +117,7 @@ async fn main() {
         ids: Box::new(RandomIds),
         window: Duration::from_secs(1800),
         expiry_rule_version: "bench".into(),
+        open_order_cap: None,
     };
     let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
     for i in 0..100 {

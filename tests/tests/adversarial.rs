@@ -107,6 +107,7 @@ impl World {
             ids: Box::new(RandomIds),
             window: WINDOW,
             expiry_rule_version: "w60".into(),
+            open_order_cap: None,
         };
         let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 3, "unit_price": 100}]});
         uc.execute_as_named(Some(&format!("k{}", rand::random::<u64>())), body.to_string().as_bytes())

@@ -218,6 +218,7 @@ async fn ddb_oidc_subjects_keep_keys_and_coupons_per_buyer() {
         ids: Box::new(order_core::ports::RandomIds),
         window: std::time::Duration::from_secs(1800),
         expiry_rule_version: "w".into(),
+        open_order_cap: None,
     };
     let sku = Sku::parse("A").unwrap();
     system_tests::fixtures::seed_stock(&store, &sku, 10, &eur(250)).await.unwrap();

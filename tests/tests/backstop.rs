@@ -76,6 +76,7 @@ impl World {
             ids: Box::new(RandomIds),
             window,
             expiry_rule_version: rule.into(),
+            open_order_cap: None,
         }
     }
 

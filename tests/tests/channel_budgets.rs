@@ -84,6 +84,7 @@ impl World {
             ids: Box::new(RandomIds),
             window: Duration::from_secs(60),
             expiry_rule_version: "t".into(),
+            open_order_cap: None,
         };
         let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
         let key = format!("k{}", rand::random::<u64>());

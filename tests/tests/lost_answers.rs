@@ -40,6 +40,7 @@ async fn open_order(store: &DynamoStore, clock: &FixedClock) -> Order {
         ids: Box::new(RandomIds),
         window: Duration::from_secs(60),
         expiry_rule_version: "t".into(),
+        open_order_cap: None,
     };
     let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
     create.execute_as_named(Some("k1"), body.to_string().as_bytes()).await.unwrap().order

@@ -53,6 +53,7 @@ impl World {
             ids: Box::new(RandomIds),
             window: Duration::from_millis(WINDOW_MS as u64),
             expiry_rule_version: "t".into(),
+            open_order_cap: None,
         };
         let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
         uc.execute_as_named(Some(&format!("k{}", rand::random::<u64>())), body.to_string().as_bytes())

@@ -86,7 +86,7 @@ impl OrderStore for MemoryStore {
         _: Timestamp,
     ) -> Result<Moved<ReservationStatus>, Unavailable> {
         let mut t = self.0.lock().unwrap();
-        let slot = t.record.reservations.iter_mut().find(|x| x.sku == r.sku).expect("the order's reservation");
+        let slot = t.record.reservations.iter_mut().find(|x| x.sort_key() == r.sort_key()).expect("the order's reservation");
         let step = reservation::apply(slot.status, ReservationEvent::Release);
         if let Ok(Step::Moved(to)) = &step {
             slot.status = *to;
@@ -106,7 +106,7 @@ impl OrderStore for MemoryStore {
     async fn coupon(&self, _: &CouponId) -> Result<Option<Coupon>, Unavailable> {
         Ok(None)
     }
-    async fn create_order(&self, _: &Order, _: &IdempotencyClaim) -> Result<CreateResult, Unavailable> {
+    async fn create_order(&self, _: &Order, _: &Caps, _: &IdempotencyClaim) -> Result<CreateResult, Unavailable> {
         unreachable!("not on the effects path")
     }
     async fn claimed_order(&self, _: &UserId, _: &IdempotencyKey) -> Result<Option<ClaimedOrder>, Unavailable> {
@@ -272,7 +272,7 @@ fn closed_order_with_a_pending_refund() -> (MemoryStore, OrderId, PaymentId) {
     let (order_id, payment_id) = (order.order_id.clone(), refund.payment_id.clone());
     let record = OrderRecord {
         order,
-        reservations: vec![Reservation { sku: Sku::parse("A").unwrap(), qty: 3, status: ReservationStatus::Reserved }],
+        reservations: vec![Reservation::stock(&Sku::parse("A").unwrap(), 3)],
         coupon_lock: None,
         payments: vec![],
         refunds: vec![],
@@ -377,6 +377,7 @@ async fn closed_order(store: &DynamoStore, clock: &FixedClock) -> OrderId {
         ids: Box::new(RandomIds),
         window: Duration::from_secs(60),
         expiry_rule_version: "w60".into(),
+        open_order_cap: None,
     };
     let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 3, "unit_price": 100}]});
     let order = creator.execute_as_named(Some("k-effects"), body.to_string().as_bytes()).await.unwrap().order;
@@ -468,6 +469,7 @@ async fn late_refund_past_its_budget(store: &DynamoStore, clock: &FixedClock) ->
         ids: Box::new(RandomIds),
         window: Duration::from_secs(60),
         expiry_rule_version: "w60".into(),
+        open_order_cap: None,
     };
     let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
     let order = creator.execute_as_named(Some("k-refund"), body.to_string().as_bytes()).await.unwrap().order;

@@ -72,6 +72,7 @@ impl World {
             ids: Box::new(RandomIds),
             window: Duration::from_secs(60),
             expiry_rule_version: "t".into(),
+            open_order_cap: None,
         };
         let mut body =
             json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 2, "unit_price": 100}]});

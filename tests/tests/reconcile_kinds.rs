@@ -43,6 +43,7 @@ impl World {
             ids: Box::new(RandomIds),
             window: WINDOW,
             expiry_rule_version: "t".into(),
+            open_order_cap: None,
         };
         let mut body =
             json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": sku, "qty": 2, "unit_price": 100}]});

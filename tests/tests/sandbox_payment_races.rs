@@ -51,6 +51,7 @@ async fn world() -> World {
         ids: Box::new(RandomIds),
         window: Duration::from_secs(1800),
         expiry_rule_version: "t".into(),
+        open_order_cap: None,
     };
     let body = serde_json::json!({"user_id": "u1", "currency": "EUR",
         "items": [{"sku": sku.as_str(), "qty": 1, "unit_price": 1299}]});

@@ -58,6 +58,7 @@ impl World {
             ids: Box::new(RandomIds),
             window: Duration::from_secs(60),
             expiry_rule_version: "t".into(),
+            open_order_cap: None,
         };
         let body = serde_json::json!({"user_id": user, "currency": "EUR",
             "items": [{"sku": "A", "qty": 1, "unit_price": 500}]});
@@ -212,6 +213,7 @@ async fn the_order_api_answers_inside_its_invocation_while_the_channel_is_slow()
         ids: Box::new(RandomIds),
         window: Duration::from_secs(600),
         expiry_rule_version: "t".into(),
+        open_order_cap: None,
     };
     let body =
         serde_json::json!({"user_id": user, "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 500}]});

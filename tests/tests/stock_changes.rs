@@ -131,6 +131,7 @@ async fn each_change_leaves_a_record_of_who_when_the_delta_and_the_supply_before
         ids: Box::new(RandomIds),
         window: Duration::from_secs(60),
         expiry_rule_version: "t".into(),
+        open_order_cap: None,
     };
     let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 4, "unit_price": 100}]});
     create.execute_as_named(Some("o1"), body.to_string().as_bytes()).await.unwrap();
@@ -346,6 +347,7 @@ async fn stock_changes_racing_orders_on_the_same_sku_keep_the_supply_identity() 
             ids: Box::new(RandomIds),
             window: Duration::from_secs(60),
             expiry_rule_version: "t".into(),
+            open_order_cap: None,
         };
         async move {
             let body =

@@ -29,6 +29,7 @@ fn creator(store: &DynamoStore, clock: &FixedClock) -> CreateOrder<DynamoStore> 
         ids: Box::new(RandomIds),
         window: WINDOW,
         expiry_rule_version: "window-1800s".into(),
+        open_order_cap: None,
     }
 }
 
@@ -130,6 +131,7 @@ async fn out_of_stock_on_any_line_writes_nothing_and_names_the_sku() {
             expire_at: c.clock.now().plus(WINDOW),
             expiry_rule_version: "v".into(),
             cancel_requested_at: None,
+            points: 0,
             payment_attempts: 0,
             closing: None,
             paid_by: None,
@@ -143,7 +145,7 @@ async fn out_of_stock_on_any_line_writes_nothing_and_names_the_sku() {
         };
         (o, claim)
     };
-    assert_eq!(store.create_order(&order, &claim).await.unwrap(), CreateResult::OutOfStock(sku("B")));
+    assert_eq!(store.create_order(&order, &Caps::default(), &claim).await.unwrap(), CreateResult::OutOfStock(sku("B")));
     assert_eq!(item_count(&store).await, before, "nothing written");
     assert_eq!(stock(&store, "A").await, (5, 0));
     let c = store.coupon(&CouponId::parse("C1").unwrap()).await.unwrap().unwrap();
@@ -714,6 +716,7 @@ async fn the_create_transaction_is_conditional_on_the_catalog_price_of_each_line
         expire_at: clock.now().plus(WINDOW),
         expiry_rule_version: "v".into(),
         cancel_requested_at: None,
+        points: 0,
         payment_attempts: 0,
         closing: None,
         paid_by: None,
@@ -728,22 +731,22 @@ async fn the_create_transaction_is_conditional_on_the_catalog_price_of_each_line
     // A line priced otherwise than the catalog (as when the price changed
     // after the use case read it): cancelled, and told apart from stock.
     assert_eq!(
-        store.create_order(&order_with(vec![("A", 1, 250), ("B", 1, 200)], "EUR"), &claim("t1")).await.unwrap(),
+        store.create_order(&order_with(vec![("A", 1, 250), ("B", 1, 200)], "EUR"), &Caps::default(), &claim("t1")).await.unwrap(),
         CreateResult::PriceChanged { sku: sku("B"), now: Some(eur(250)) }
     );
     // Another currency is a price change too.
     assert_eq!(
-        store.create_order(&order_with(vec![("A", 1, 250)], "USD"), &claim("t2")).await.unwrap(),
+        store.create_order(&order_with(vec![("A", 1, 250)], "USD"), &Caps::default(), &claim("t2")).await.unwrap(),
         CreateResult::PriceChanged { sku: sku("A"), now: Some(eur(250)) }
     );
     // Too few units at a changed price: the price is what the buyer must see first.
     assert_eq!(
-        store.create_order(&order_with(vec![("B", 2, 200)], "EUR"), &claim("t3")).await.unwrap(),
+        store.create_order(&order_with(vec![("B", 2, 200)], "EUR"), &Caps::default(), &claim("t3")).await.unwrap(),
         CreateResult::PriceChanged { sku: sku("B"), now: Some(eur(250)) }
     );
     // At the catalog price, too few units is out of stock, as before.
     assert_eq!(
-        store.create_order(&order_with(vec![("B", 2, 250)], "EUR"), &claim("t4")).await.unwrap(),
+        store.create_order(&order_with(vec![("B", 2, 250)], "EUR"), &Caps::default(), &claim("t4")).await.unwrap(),
         CreateResult::OutOfStock(sku("B"))
     );
     assert_eq!(item_count(&store).await, before, "nothing written");
@@ -761,8 +764,8 @@ struct RepricedAfterRead {
 
 #[async_trait::async_trait]
 impl OrderStore for RepricedAfterRead {
-    async fn create_order(&self, order: &Order, claim: &IdempotencyClaim) -> Result<CreateResult, Unavailable> {
-        self.inner.create_order(order, claim).await
+    async fn create_order(&self, order: &Order, caps: &Caps, claim: &IdempotencyClaim) -> Result<CreateResult, Unavailable> {
+        self.inner.create_order(order, caps, claim).await
     }
     async fn claimed_order(&self, u: &UserId, k: &IdempotencyKey) -> Result<Option<ClaimedOrder>, Unavailable> {
         self.inner.claimed_order(u, k).await
@@ -855,6 +858,7 @@ async fn a_price_change_between_the_catalog_read_and_the_write_refuses_the_order
         ids: Box::new(RandomIds),
         window: WINDOW,
         expiry_rule_version: "window-1800s".into(),
+        open_order_cap: None,
     };
     let b = unguarded("u1", &[("A", 1), ("B", 2)]).to_string();
     let err = racing.execute_as_named(Some("r1"), b.as_bytes()).await.unwrap_err();

@@ -254,6 +254,7 @@ async fn a_processing_intent_holds_its_order_until_it_resolves_and_then_the_orde
         ids: Box::new(RandomIds),
         window: Duration::from_secs(60),
         expiry_rule_version: "t".into(),
+        open_order_cap: None,
     };
     let body =
         serde_json::json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "S", "qty": 1, "unit_price": 2599}]});

@@ -71,6 +71,7 @@ async fn world(window: Duration, price: i64) -> World {
         ids: Box::new(RandomIds),
         window,
         expiry_rule_version: "t".into(),
+        open_order_cap: None,
     };
     let body = serde_json::json!({"user_id": "u1", "currency": "EUR",
         "items": [{"sku": sku.as_str(), "qty": 1, "unit_price": price}]});

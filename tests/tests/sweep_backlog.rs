@@ -285,6 +285,7 @@ fn creator(store: &DynamoStore, clock: &dyn Clock) -> CreateOrder<DynamoStore> {
         ids: Box::new(RandomIds),
         window: WINDOW,
         expiry_rule_version: "w60".into(),
+        open_order_cap: None,
     }
 }
 

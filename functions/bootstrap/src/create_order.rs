@@ -12,6 +12,7 @@ pub async fn run(config: &SdkConfig) -> Result<(), Error> {
         ids: Box::new(RandomIds),
         window: seconds_env("PAYMENT_WINDOW_SECONDS")?,
         expiry_rule_version: env("EXPIRY_RULE_VERSION")?,
+        open_order_cap: None,
     };
     let uc = &uc;
     lambda_http::run(service_fn(move |req| async move {

@@ -97,6 +97,15 @@ fn stock_update(store: &DynamoStore, c: &StockChangeRecord) -> Update {
             .expression_attribute_values(":price", n(price.amount))
             .expression_attribute_values(":currency", s(price.currency.as_str()));
     }
+    let mut remove = "";
+    match c.purchase_limit {
+        Some(0) => remove = " REMOVE purchase_limit",
+        Some(limit) => {
+            set.push("purchase_limit = :limit");
+            u = u.expression_attribute_values(":limit", n(limit));
+        }
+        None => {}
+    }
     let mut expr = String::new();
     if !set.is_empty() {
         expr = format!("SET {}", set.join(", "));
@@ -104,6 +113,7 @@ fn stock_update(store: &DynamoStore, c: &StockChangeRecord) -> Update {
     if !add.is_empty() {
         expr.push_str(&format!(" ADD {}", add.join(", ")));
     }
+    expr.push_str(remove);
     u.update_expression(expr.trim()).condition_expression(conditions.join(" AND ")).build().expect("complete update")
 }
 

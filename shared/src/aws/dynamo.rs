@@ -6,6 +6,7 @@ use crate::domain::*;
 use crate::domain::{coupon, order, reservation};
 use crate::ports::Unavailable;
 use crate::store::*;
+use super::holdings;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{
@@ -101,6 +102,20 @@ pub mod keys {
         format!("SKU#{s}")
     }
     pub const STOCK_SK: &str = "STOCK";
+    /// A buyer's counters: purchase limits, points, open orders.
+    pub fn buyer(u: &UserId) -> String {
+        format!("BUYER#{u}")
+    }
+    pub fn purchase_limit_sk(s: &Sku) -> String {
+        format!("LIMIT#{s}")
+    }
+    pub const POINTS_SK: &str = "POINTS";
+    pub const OPEN_ORDERS_SK: &str = "OPEN_ORDERS";
+    /// An operator's change of a buyer's points balance, by its key.
+    pub fn points_change_sk(k: &IdempotencyKey) -> String {
+        format!("POINTS_CHANGE#{k}")
+    }
+    pub const POINTS_CHANGE_PREFIX: &str = "POINTS_CHANGE#";
     /// An operator's change of the SKU, by its idempotency key.
     pub fn stock_change_sk(k: &IdempotencyKey) -> String {
         format!("{STOCK_CHANGE_PREFIX}{k}")
@@ -558,7 +573,12 @@ pub(crate) fn status_of(item: &Item, attr: &str) -> Option<String> {
 
 #[async_trait]
 impl OrderStore for DynamoStore {
-    async fn create_order(&self, order: &Order, claim: &IdempotencyClaim) -> Result<CreateResult, Unavailable> {
+    async fn create_order(
+        &self,
+        order: &Order,
+        caps: &Caps,
+        claim: &IdempotencyClaim,
+    ) -> Result<CreateResult, Unavailable> {
         let now = order.created_at;
         let mut items = Vec::with_capacity(2 + 2 * order.items.len() + 2);
         let mut idem = key(keys::idempotency(&claim.user_id, &claim.key), keys::IDEM_SK);
@@ -606,33 +626,21 @@ impl OrderStore for DynamoStore {
         let mut stock_index = Vec::new();
         for line in &order.items {
             stock_index.push((items.len(), line));
-            items.push(
-                TransactWriteItem::builder()
-                    .update(
-                        Update::builder()
-                            .table_name(&self.table)
-                            .set_key(Some(key(keys::sku(&line.sku), keys::STOCK_SK)))
-                            .update_expression("SET available = available - :q, reserved = reserved + :q")
-                            // The price the use case read from the catalog
-                            // must still be the catalog's: a change in
-                            // between cancels the order instead of writing
-                            // it at a price the catalog no longer has.
-                            .condition_expression(
-                                "attribute_exists(pk) AND available >= :q AND price = :price AND currency = :currency",
-                            )
-                            .expression_attribute_values(":q", n(line.qty))
-                            .expression_attribute_values(":price", n(line.unit_price))
-                            .expression_attribute_values(":currency", s(order.currency.as_str()))
-                            // The old item tells which condition failed.
-                            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-                            .build()
-                            .expect("complete update"),
-                    )
-                    .build(),
-            );
-            let mut res =
-                to_item(&Reservation { sku: line.sku.clone(), qty: line.qty, status: ReservationStatus::Reserved });
-            res.extend(key(keys::order(&order.order_id), &keys::stock_reservation_sk(&line.sku)));
+            items.push(TransactWriteItem::builder().update(self.take_stock(order, line)).build());
+        }
+        // The buyer's counters (purchase limits, points, the open-order
+        // slot), each with the refusal its condition means.
+        let mut buyer_index = Vec::new();
+        let holdings = caps.holdings(order);
+        for r in &holdings {
+            if let Some((update, refused)) = holdings::take(&self.table, r, caps) {
+                buyer_index.push((items.len(), refused));
+                items.push(TransactWriteItem::builder().update(update).build());
+            }
+        }
+        for r in &holdings {
+            let mut res = to_item(r);
+            res.extend(key(keys::order(&order.order_id), &r.sort_key()));
             res.insert("entity".into(), s("RESERVATION"));
             res.insert("version".into(), n(1));
             res.insert("reserved_at".into(), s(now.to_string()));
@@ -707,6 +715,15 @@ impl OrderStore for DynamoStore {
                 }
                 if coupon_index.is_some_and(|i| matches!(failed.get(i), Some(Some(_)))) {
                     return Ok(CreateResult::CouponUnavailable);
+                }
+                if let Some((_, refused)) = buyer_index.iter().find(|(i, _)| matches!(failed.get(*i), Some(Some(_)))) {
+                    return Ok(match refused.clone() {
+                        holdings::TakeRefused::PurchaseLimit { sku, limit } => {
+                            CreateResult::PurchaseLimitReached { sku, limit }
+                        }
+                        holdings::TakeRefused::Points => CreateResult::NotEnoughPoints,
+                        holdings::TakeRefused::OpenOrders { cap } => CreateResult::OpenOrderCapReached { cap },
+                    });
                 }
                 Err(Unavailable::new("create order transaction", "cancelled on an unexpected condition"))
             }
@@ -1082,6 +1099,25 @@ impl OrderStore for DynamoStore {
 }
 
 impl DynamoStore {
+    /// The create transaction's stock decrement for `line`. The price the
+    /// use case read from the catalog must still be the catalog's: a
+    /// change in between cancels the order instead of writing it at a
+    /// price the catalog no longer has.
+    fn take_stock(&self, order: &Order, line: &OrderLine) -> Update {
+        Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(key(keys::sku(&line.sku), keys::STOCK_SK)))
+            .update_expression("SET available = available - :q, reserved = reserved + :q")
+            .condition_expression("attribute_exists(pk) AND available >= :q AND price = :price AND currency = :currency")
+            .expression_attribute_values(":q", n(line.qty))
+            .expression_attribute_values(":price", n(line.unit_price))
+            .expression_attribute_values(":currency", s(order.currency.as_str()))
+            // The old item tells which condition failed.
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .expect("complete update")
+    }
+
     async fn move_reservation(
         &self,
         order_id: &OrderId,
@@ -1090,14 +1126,10 @@ impl DynamoStore {
         now: Timestamp,
     ) -> Result<Moved<ReservationStatus>, Unavailable> {
         let (from, to) = reservation::transition(event);
-        let stock_expr = match event {
-            ReservationEvent::Release => "SET available = available + :q, reserved = reserved - :q",
-            ReservationEvent::Confirm => "SET reserved = reserved - :q, sold = if_not_exists(sold, :zero) + :q",
-        };
         let (from_cond, from_values) = status_in("#status", from.iter().map(|s| s.as_str()));
         let mut reservation = Update::builder()
             .table_name(&self.table)
-            .set_key(Some(key(keys::order(order_id), &keys::stock_reservation_sk(&r.sku))))
+            .set_key(Some(key(keys::order(order_id), &r.sort_key())))
             .update_expression("SET #status = :to, version = version + :one, updated_at = :now")
             .condition_expression(from_cond)
             .expression_attribute_names("#status", "status")
@@ -1109,18 +1141,10 @@ impl DynamoStore {
             reservation = reservation.expression_attribute_values(k, v);
         }
         let reservation = reservation.build().expect("complete update");
-        let mut stock = Update::builder()
-            .table_name(&self.table)
-            .set_key(Some(key(keys::sku(&r.sku), keys::STOCK_SK)))
-            .update_expression(stock_expr)
-            .condition_expression("reserved >= :q")
-            .expression_attribute_values(":q", n(r.qty));
-        if event == ReservationEvent::Confirm {
-            stock = stock.expression_attribute_values(":zero", n(0));
-        }
+        let counter = holdings::settle(&self.table, r, event);
         let items = vec![
             TransactWriteItem::builder().update(reservation).build(),
-            TransactWriteItem::builder().update(stock.build().expect("complete update")).build(),
+            TransactWriteItem::builder().update(counter).build(),
         ];
         match self.transact_items(items, "move reservation").await? {
             Ok(()) => Ok(Ok(Step::Moved(to))),
@@ -1135,7 +1159,7 @@ impl DynamoStore {
                     Some(from) => Ok(reservation::apply(from, event)),
                     None => Err(Unavailable::new(
                         "move reservation",
-                        "the reservation is missing or the stock count is inconsistent",
+                        "the reservation is missing or its counter does not hold it",
                     )),
                 }
             }

@@ -34,6 +34,10 @@ pub enum StockChange {
     /// `{"price": P, "currency": C}`: a live SKU's new catalog price. Open
     /// orders keep the price they were created with.
     Reprice(Price),
+    /// `{"purchase_limit": N}`: at most N units per buyer from now on,
+    /// open and paid orders together (0 lifts the limit). Orders already
+    /// placed keep what they hold.
+    Limit(u32),
 }
 
 impl StockChange {
@@ -45,6 +49,7 @@ impl StockChange {
             Self::Swap { available, expected } => format!("swap available={available} if_available={expected}"),
             Self::Adjust(d) => format!("adjust {d}"),
             Self::Reprice(price) => format!("price {price}"),
+            Self::Limit(n) => format!("purchase_limit {n}"),
         }
     }
 }
@@ -56,6 +61,7 @@ pub enum StockChangeKind {
     Swap,
     Adjust,
     Reprice,
+    Limit,
 }
 
 /// One applied operator change of a SKU (`SKU#<sku>` / `CHANGE#<key>`).
@@ -83,6 +89,9 @@ pub struct StockChangeRecord {
     /// The catalog price a seed or a price change set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price: Option<Price>,
+    /// The purchase limit a limit change set (0: lifted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purchase_limit: Option<u32>,
     /// The caller (the IAM identity of the admin route).
     pub by: String,
     pub at: Timestamp,
@@ -133,6 +142,7 @@ pub fn plan(
         available_before: None,
         available_after: None,
         price: None,
+        purchase_limit: None,
         by: req.by.clone(),
         at: req.at,
         request: change.canonical(),
@@ -167,6 +177,7 @@ pub fn plan(
         StockChange::Reprice(price) => {
             StockChangeRecord { price: Some(price.clone()), ..record(StockChangeKind::Reprice, 0) }
         }
+        StockChange::Limit(n) => StockChangeRecord { purchase_limit: Some(*n), ..record(StockChangeKind::Limit, 0) },
     };
     // A SKU seeded before changes were recorded starts its history here.
     let baseline = (s.changes == 0).then(|| supplied(s));
@@ -241,6 +252,7 @@ mod tests {
             currency: Some(Currency::parse("EUR").unwrap()),
             supplied: available + reserved + sold,
             changes,
+            purchase_limit: None,
         }
     }
 

@@ -426,6 +426,7 @@ pub mod examples {
             expire_at: ts("2026-01-01T10:30:00.000Z"),
             expiry_rule_version: "v1".into(),
             cancel_requested_at: None,
+            points: 0,
             payment_attempts: 0,
             closing: None,
             paid_by: None,

@@ -26,7 +26,7 @@ pub use order::{
     PaymentSuccessOutcome, StatusChange,
 };
 pub use payment::{PaymentStatus, RefundStatus};
-pub use records::{Coupon, CouponLock, Evidence, OrderRecord, PaymentAttempt, Reservation, Stock};
+pub use records::{Coupon, CouponLock, Evidence, OrderRecord, PaymentAttempt, Reservation, ResourceType, Stock};
 pub use refund::Refund;
 pub use reservation::{ReservationEvent, ReservationStatus};
 pub use time::{Day, Timestamp};

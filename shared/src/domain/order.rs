@@ -137,7 +137,12 @@ pub struct Order {
     pub version: u64,
     pub currency: Currency,
     pub items: Vec<OrderLine>,
+    /// What the buyer pays: the lines' total less `points`.
     pub amount_total: i64,
+    /// Loyalty points the order spends, one point per minor unit of its
+    /// currency, held from the buyer's balance while it is open.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub points: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coupon_id: Option<CouponId>,
     pub created_at: Timestamp,
@@ -355,6 +360,7 @@ mod tests {
             expire_at: Timestamp::from_unix_millis(expire_ms),
             expiry_rule_version: "v1".into(),
             cancel_requested_at: None,
+            points: 0,
             payment_attempts: attempts,
             closing: None,
             paid_by: None,
@@ -428,4 +434,8 @@ mod tests {
         o.closing = None;
         assert_eq!(decide_close(&o, Timestamp::from_unix_millis(0)), CloseDecision::ResumeClosing);
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

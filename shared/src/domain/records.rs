@@ -7,11 +7,116 @@
 use super::*;
 use serde::{Deserialize, Serialize};
 
+/// One thing an open order holds (seed 000 §2.3: one reservation per
+/// `order_id + resource_type + resource_key`): units of a SKU's stock,
+/// units of the buyer's purchase limit of a SKU, the buyer's loyalty
+/// points, or one of the buyer's open-order slots. Every kind moves
+/// through the same state machine ([`super::reservation`]): held at
+/// create, released when the order closes, confirmed when it is paid,
+/// each exactly once; only the counter each kind moves differs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reservation {
-    pub sku: Sku,
+    /// Records written before holdings had kinds are stock.
+    #[serde(default)]
+    pub resource_type: ResourceType,
+    /// What is held, per kind: the SKU (stock), `<user_id>#<sku>`
+    /// (purchase limit), `<user_id>` (points, open-order slot). `#` never
+    /// occurs in an id, so the key splits back unambiguously.
+    #[serde(alias = "sku")]
+    pub resource_key: String,
+    /// Units, points, or 1 for a slot.
     pub qty: u32,
     pub status: ReservationStatus,
+}
+
+impl Reservation {
+    pub fn stock(sku: &Sku, qty: u32) -> Self {
+        Self::held(ResourceType::Stock, sku.to_string(), qty)
+    }
+    pub fn purchase_limit(user: &UserId, sku: &Sku, qty: u32) -> Self {
+        Self::held(ResourceType::PurchaseLimit, format!("{user}#{sku}"), qty)
+    }
+    pub fn points(user: &UserId, points: u32) -> Self {
+        Self::held(ResourceType::Points, user.to_string(), points)
+    }
+    pub fn open_order_slot(user: &UserId) -> Self {
+        Self::held(ResourceType::OpenOrders, user.to_string(), 1)
+    }
+    fn held(resource_type: ResourceType, resource_key: String, qty: u32) -> Self {
+        Self { resource_type, resource_key, qty, status: ReservationStatus::Reserved }
+    }
+
+    /// The SKU a stock or purchase-limit holding is of.
+    pub fn sku(&self) -> Option<Sku> {
+        match self.resource_type {
+            ResourceType::Stock => Sku::parse(self.resource_key.as_str()).ok(),
+            ResourceType::PurchaseLimit => self.resource_key.split_once('#').and_then(|(_, s)| Sku::parse(s).ok()),
+            ResourceType::Points | ResourceType::OpenOrders => None,
+        }
+    }
+
+    /// The buyer a purchase-limit, points or slot holding is counted
+    /// against (stock is the shop's, not a buyer's).
+    pub fn user(&self) -> Option<UserId> {
+        match self.resource_type {
+            ResourceType::Stock => None,
+            ResourceType::PurchaseLimit => self.resource_key.split_once('#').and_then(|(u, _)| UserId::parse(u).ok()),
+            ResourceType::Points | ResourceType::OpenOrders => UserId::parse(self.resource_key.as_str()).ok(),
+        }
+    }
+
+    /// The holding's sort key under its order: `RES#<TYPE>#<key>`.
+    pub fn sort_key(&self) -> String {
+        format!("RES#{}#{}", self.resource_type.as_str(), self.resource_key)
+    }
+
+    /// How the holding reads to a person: `2×A`, `2×A of the buyer's
+    /// limit`, `500 points`, `an open-order slot`.
+    pub fn label(&self) -> String {
+        match self.resource_type {
+            ResourceType::Stock => format!("{}×{}", self.qty, self.resource_key),
+            ResourceType::PurchaseLimit => {
+                let sku = self.sku().map_or_else(|| self.resource_key.clone(), |s| s.to_string());
+                format!("{}×{sku} of the buyer's purchase limit", self.qty)
+            }
+            ResourceType::Points => format!("{} points", self.qty),
+            ResourceType::OpenOrders => "an open-order slot".to_owned(),
+        }
+    }
+}
+
+/// The kinds of holding. Adding one: a variant here, its counter's key and
+/// its release/confirm updates in the store's `move_reservation`, where
+/// create takes it, and its balance check in reconciliation
+/// (docs/extending.md, "A holding kind").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ResourceType {
+    /// Units of a SKU's stock (`SKU#<sku>` / `STOCK`).
+    #[default]
+    Stock,
+    /// Units counted against the buyer's per-SKU purchase limit
+    /// (`BUYER#<user>` / `LIMIT#<sku>`); kept when paid (bought), returned
+    /// when closed.
+    PurchaseLimit,
+    /// The buyer's loyalty points (`BUYER#<user>` / `POINTS`): spent when
+    /// paid, returned when closed.
+    Points,
+    /// One of the buyer's open orders (`BUYER#<user>` / `OPEN_ORDERS`):
+    /// given back whichever way the order ends.
+    OpenOrders,
+}
+
+impl ResourceType {
+    pub const ALL: [Self; 4] = [Self::Stock, Self::PurchaseLimit, Self::Points, Self::OpenOrders];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stock => "STOCK",
+            Self::PurchaseLimit => "PURCHASE_LIMIT",
+            Self::Points => "POINTS",
+            Self::OpenOrders => "OPEN_ORDERS",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,6 +192,10 @@ pub struct Stock {
     /// a SKU seeded before changes were audited).
     #[serde(default)]
     pub changes: u64,
+    /// At most this many units per buyer, open and paid orders together;
+    /// `None`: no limit. Set by an operator's audited change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purchase_limit: Option<u32>,
 }
 
 impl Stock {

@@ -13,7 +13,9 @@ use crate::error::{json_object, ApiError};
 use crate::ports::{Clock, CloseReminders, IdGen, PaymentChannel};
 use crate::store::{BuyerOrders, OrderStore, PaymentStore, StockLedger};
 use crate::usecases::close_order::CloseOrder;
-use crate::usecases::create_order::{CreateOrder, CreateOrderRequest, Created, RequestLine, MAX_LINES, MAX_QTY};
+use crate::usecases::create_order::{
+    CreateOrder, CreateOrderRequest, Created, RequestLine, MAX_LINES, MAX_POINTS, MAX_QTY,
+};
 use crate::usecases::my_orders::{self, ListQuery};
 use crate::usecases::order_reads::Reader;
 use crate::usecases::payments::{PaymentNotice, PaymentStarted, StartPayment};
@@ -54,13 +56,19 @@ impl CreateOrderRequest {
     /// caller's.
     pub fn parse(buyer: &UserId, body: &[u8]) -> Result<Self, ApiError> {
         let obj = &json_object(body)?;
-        reject_unknown(obj, &["user_id", "currency", "items", "coupon_id"], "")?;
+        reject_unknown(obj, &["user_id", "currency", "items", "coupon_id", "points"], "")?;
         let user_id = buyer.clone();
         let currency = Currency::parse(string_field(obj, "currency")?).map_err(|e| ApiError::invalid(e.0))?;
         let coupon_id = match obj.get("coupon_id") {
             None | Some(Value::Null) => None,
             Some(Value::String(c)) => Some(CouponId::parse(c.clone()).map_err(|e| ApiError::invalid(e.0))?),
             Some(_) => return Err(ApiError::invalid("coupon_id must be a string")),
+        };
+        let points = match obj.get("points") {
+            None | Some(Value::Null) => 0,
+            Some(v) => v.as_u64().filter(|p| *p <= MAX_POINTS).ok_or_else(|| {
+                ApiError::invalid(format!("points must be an integer from 0 to {MAX_POINTS} (one per minor unit)"))
+            })? as u32,
         };
         let raw_items = field(obj, "items")?.as_array().ok_or_else(|| ApiError::invalid("items must be an array"))?;
         if raw_items.is_empty() || raw_items.len() > MAX_LINES {
@@ -99,7 +107,7 @@ impl CreateOrderRequest {
             }
             items.push(RequestLine { sku, qty: qty as u32, unit_price });
         }
-        Ok(Self { user_id, currency, items, coupon_id })
+        Ok(Self { user_id, currency, items, coupon_id, points })
     }
 }
 
@@ -394,7 +402,7 @@ where
 impl StockChange {
     pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
         let obj = json_object(body)?;
-        let known = ["available", "if_available", "adjust", "price", "currency"];
+        let known = ["available", "if_available", "adjust", "price", "currency", "purchase_limit"];
         if let Some(k) = obj.keys().find(|k| !known.contains(&k.as_str())) {
             return Err(ApiError::invalid(format!("{k} is not a known field")));
         }
@@ -410,6 +418,15 @@ impl StockChange {
         let expected = int("if_available", 0..=MAX_STOCK)?;
         let adjust = int("adjust", -MAX_STOCK..=MAX_STOCK)?;
         let amount = int("price", 0..=money::MAX_AMOUNT)?;
+        if obj.contains_key("purchase_limit") {
+            let limit = int("purchase_limit", 0..=MAX_QTY as i64)?.ok_or_else(|| {
+                ApiError::invalid(format!("purchase_limit must be an integer from 0 (no limit) to {MAX_QTY}"))
+            })?;
+            if obj.len() > 1 {
+                return Err(ApiError::invalid("purchase_limit is changed on its own, without other fields"));
+            }
+            return Ok(Self::Limit(limit as u32));
+        }
         let currency = match obj.get("currency") {
             None | Some(Value::Null) => None,
             Some(Value::String(c)) => Some(Currency::parse(c.clone()).map_err(|e| ApiError::invalid(e.0))?),
@@ -602,6 +619,7 @@ mod tests {
             currency: price.map(|p| Currency::parse(p.1).unwrap()),
             supplied: 10,
             changes: 1,
+            purchase_limit: None,
         }
     }
 

@@ -17,7 +17,7 @@ pub fn order_view(r: &OrderRecord) -> Value {
         .items
         .iter()
         .map(|l| {
-            let reservation = r.reservations.iter().find(|res| res.sku == l.sku).map(|res| res.status);
+            let reservation = r.reservations.iter().find(|res| res.resource_type == ResourceType::Stock && res.sku().as_ref() == Some(&l.sku)).map(|res| res.status);
             json!({"sku": l.sku, "qty": l.qty, "unit_price": l.unit_price, "reservation": reservation})
         })
         .collect();
@@ -67,7 +67,7 @@ pub fn admin_order_view(r: &OrderRecord) -> Value {
     v["paid_by"] = json!(o.paid_by);
     v["history"] = json!(o.history);
     v["checks"] = json!(o.checks);
-    v["reservations"] = json!(r.reservations);
+    v["reservations"] = r.reservations.iter().map(|r| holding_view(r, None)).collect();
     v["coupon_lock"] = json!(r.coupon_lock);
     v["payments"] = json!(r.payments);
     v["refunds"] = json!(r.refunds);
@@ -145,9 +145,26 @@ pub fn order_read(read: &OrderRead) -> Value {
     view
 }
 
+/// One holding as the admin view shows it: its kind and key, the SKU when
+/// it is of one, the quantity (units, points, or 1 slot) and its status.
+pub fn holding_view(r: &Reservation, since: Option<&Timestamp>) -> Value {
+    let mut v = json!({
+        "resource_type": r.resource_type,
+        "resource_key": r.resource_key,
+        "qty": r.qty,
+        "status": r.status,
+    });
+    if let Some(sku) = r.sku() {
+        v["sku"] = json!(sku);
+    }
+    if let Some(since) = since {
+        v["since"] = json!(since);
+    }
+    v
+}
+
 fn held_view(h: &Held) -> Value {
-    let reservations: Vec<Value> =
-        h.reservations.iter().map(|(sku, qty, since)| json!({"sku": sku, "qty": qty, "since": since})).collect();
+    let reservations: Vec<Value> = h.reservations.iter().map(|(r, since)| holding_view(r, Some(since))).collect();
     let coupon = h.coupon.as_ref().map(|(coupon_id, since)| json!({"coupon_id": coupon_id, "since": since}));
     let refunds_pending: Vec<Value> = h
         .refunds_pending

@@ -13,7 +13,7 @@
 use crate::domain::money::{line_total, MAX_AMOUNT};
 use crate::domain::*;
 use crate::ports::{Clock, IdGen, Unavailable};
-use crate::store::{CreateResult, IdempotencyClaim, OrderStore, Stock};
+use crate::store::{Caps, CreateResult, IdempotencyClaim, OrderStore, Stock};
 use crate::usecases::UseCaseError;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -21,9 +21,15 @@ use std::time::Duration;
 use tracing::{info, instrument};
 
 /// Upper bounds that keep one order inside one DynamoDB transaction
-/// (100 items: key + order + 2 per line + 2 for the coupon).
+/// (100 items: key + order + 2 per line + 2 for the coupon, and 2 for each
+/// buyer counter: a limited line, the points, the open-order slot; an
+/// order that would pass 100 is refused as `order_too_large`).
 pub const MAX_LINES: usize = 40;
 pub const MAX_QTY: u64 = 1000;
+/// Items one DynamoDB transaction takes.
+pub const MAX_TRANSACTION_ITEMS: usize = 100;
+/// Points one order may spend.
+pub const MAX_POINTS: u64 = 1_000_000_000;
 
 /// One line as the buyer sent it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -47,6 +53,15 @@ pub struct CreateOrderRequest {
     pub currency: Currency,
     pub items: Vec<RequestLine>,
     pub coupon_id: Option<CouponId>,
+    /// Loyalty points to spend (one per minor unit); 0 when the body has
+    /// none, and left out of the hash then, so a request made before
+    /// points existed hashes as it did.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub points: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl CreateOrderRequest {
@@ -140,6 +155,68 @@ pub struct CreateOrder<S> {
     /// The payment window; fixed onto each order as `expire_at`.
     pub window: Duration,
     pub expiry_rule_version: String,
+    /// At most this many open orders per buyer (`MAX_OPEN_ORDERS_PER_BUYER`;
+    /// `None`: no cap).
+    pub open_order_cap: Option<u32>,
+}
+
+/// The caps `order` is created under: the stack's open-order cap and the
+/// purchase limits of its SKUs as the catalog read gave them; or the
+/// refusal when a line alone passes its SKU's limit, or the order would
+/// not fit one transaction.
+pub fn caps_for(
+    order: &Order,
+    catalog: &[Stock],
+    open_order_cap: Option<u32>,
+) -> Result<Caps, UseCaseError> {
+    let mut caps = Caps { open_orders: open_order_cap, ..Caps::default() };
+    for line in &order.items {
+        let Some(limit) = catalog.iter().find(|s| s.sku == line.sku).and_then(|s| s.purchase_limit) else { continue };
+        if line.qty > limit {
+            return Err(limit_reached(&line.sku, limit));
+        }
+        caps.purchase_limits.insert(line.sku.clone(), limit);
+    }
+    // Key and order, then per holding its counter's update and its record,
+    // then the coupon and its lock.
+    let items = 2 + 2 * caps.holdings(order).len() + 2 * usize::from(order.coupon_id.is_some());
+    if items > MAX_TRANSACTION_ITEMS {
+        return Err(UseCaseError::conflict(
+            "order_too_large",
+            format!(
+                "with its purchase limits this order needs {items} writes, more than one transaction takes \
+                 ({MAX_TRANSACTION_ITEMS}); split it into two orders"
+            ),
+        ));
+    }
+    Ok(caps)
+}
+
+fn limit_reached(sku: &Sku, limit: u32) -> UseCaseError {
+    UseCaseError::conflict(
+        "purchase_limit_reached",
+        format!(
+            "sku {sku} is limited to {limit} per buyer, counting open and paid orders; lower the quantity \
+             (or pay or cancel an open order of it)"
+        ),
+    )
+}
+
+/// The amount the buyer pays: the lines' total less the points, which
+/// must leave at least one minor unit to pay (a payment of 0 is not one
+/// any channel takes).
+pub fn amount_after_points(lines_total: i64, points: u32) -> Result<i64, UseCaseError> {
+    let left = lines_total - i64::from(points);
+    if left < 1 {
+        return Err(UseCaseError::conflict(
+            "points_exceed_total",
+            format!(
+                "{points} points would pay the whole total of {lines_total}; spend at most {} points on this order",
+                (lines_total - 1).max(0)
+            ),
+        ));
+    }
+    Ok(left)
 }
 
 impl<S: OrderStore> CreateOrder<S> {
@@ -152,7 +229,9 @@ impl<S: OrderStore> CreateOrder<S> {
         // conditional on those prices, so it never writes stale ones.
         let skus: Vec<Sku> = req.items.iter().map(|l| l.sku.clone()).collect();
         let catalog = self.store.stocks(&skus).await?;
-        let priced = req.price_lines(&catalog).and_then(|lines| Ok((amount_total(&lines)?, lines)));
+        let priced = req
+            .price_lines(&catalog)
+            .and_then(|lines| Ok((amount_after_points(amount_total(&lines)?, req.points)?, lines)));
         let (amount_total, items) = match priced {
             Ok(priced) => priced,
             Err(refusal) => return self.refuse_unless_claimed(&claim, refusal).await,
@@ -165,6 +244,7 @@ impl<S: OrderStore> CreateOrder<S> {
             version: 1,
             currency: req.currency.clone(),
             amount_total,
+            points: req.points,
             items,
             coupon_id: req.coupon_id.clone(),
             created_at: now,
@@ -177,7 +257,11 @@ impl<S: OrderStore> CreateOrder<S> {
             history: vec![],
             checks: vec![],
         };
-        match self.store.create_order(&order, &claim).await? {
+        let caps = match caps_for(&order, &catalog, self.open_order_cap) {
+            Ok(caps) => caps,
+            Err(refusal) => return self.refuse_unless_claimed(&claim, refusal).await,
+        };
+        match self.store.create_order(&order, &caps, &claim).await? {
             CreateResult::Created => {
                 info!(order_id = %order.order_id, expire_at = %order.expire_at, amount = order.amount_total, trigger = "api", outcome = "created", "order created");
                 crate::metrics::ORDER_CREATED.count(1);
@@ -195,6 +279,19 @@ impl<S: OrderStore> CreateOrder<S> {
             CreateResult::CouponUnavailable => Err(UseCaseError::conflict(
                 "coupon_unavailable",
                 "the coupon does not exist, belongs to another user, is expired or is in use; order without coupon_id",
+            )),
+            CreateResult::PurchaseLimitReached { sku, limit } => Err(limit_reached(&sku, limit)),
+            CreateResult::NotEnoughPoints => Err(UseCaseError::conflict(
+                "not_enough_points",
+                format!(
+                    "the buyer's points balance is below the {} points asked (points held by open orders are \
+                     not spendable until they close); spend fewer points",
+                    order.points
+                ),
+            )),
+            CreateResult::OpenOrderCapReached { cap } => Err(UseCaseError::conflict(
+                "open_order_cap_reached",
+                format!("the buyer already has {cap} open orders, the most allowed; pay or cancel one first"),
             )),
         }
     }

@@ -40,8 +40,8 @@ pub struct OrderRead {
 /// pending.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Held {
-    /// `(sku, qty, since)` of each reservation still RESERVED.
-    pub reservations: Vec<(Sku, u32, Timestamp)>,
+    /// Each holding still RESERVED, with since when.
+    pub reservations: Vec<(Reservation, Timestamp)>,
     /// The coupon still LOCKED, and since when.
     pub coupon: Option<(CouponId, Timestamp)>,
     /// `(payment_id, since, tries)` of each refund still REFUND_PENDING.
@@ -104,7 +104,7 @@ fn held(r: &OrderRecord, now: Timestamp) -> Held {
         .reservations
         .iter()
         .filter(|res| res.status == ReservationStatus::Reserved)
-        .map(|res| (res.sku.clone(), res.qty, o.created_at))
+        .map(|res| (res.clone(), o.created_at))
         .collect();
     let coupon = r
         .coupon_lock

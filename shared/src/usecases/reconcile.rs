@@ -160,7 +160,7 @@ pub(crate) fn local_checks(r: &OrderRecord, bounds: &Bounds, now: Timestamp, out
     match o.status {
         OrderStatus::Closed if effects_overdue => {
             for res in held() {
-                push("reservation_held_on_closed_order", format!("{} × {} still RESERVED", res.qty, res.sku));
+                push("reservation_held_on_closed_order", format!("{} still RESERVED", res.label()));
             }
             if let Some(lock) = r.coupon_lock.as_ref().filter(|l| l.status == CouponLockStatus::Locked) {
                 push("coupon_locked_on_closed_order", format!("coupon {} still LOCKED", lock.coupon_id));
@@ -170,7 +170,7 @@ pub(crate) fn local_checks(r: &OrderRecord, bounds: &Bounds, now: Timestamp, out
             for res in held() {
                 push(
                     "reservation_unconfirmed_on_paid_order",
-                    format!("{} × {} RESERVED, not CONFIRMED", res.qty, res.sku),
+                    format!("{} RESERVED, not CONFIRMED", res.label()),
                 );
             }
         }
@@ -238,8 +238,8 @@ pub(crate) fn supply_checks(snapshot: &TableSnapshot, out: &mut Vec<Discrepancy>
 fn stock_checks(snapshot: &TableSnapshot, out: &mut Vec<Discrepancy>) {
     let mut held: BTreeMap<&str, i64> = BTreeMap::new();
     for r in &snapshot.orders {
-        for res in r.reservations.iter().filter(|x| x.status == ReservationStatus::Reserved) {
-            *held.entry(res.sku.as_str()).or_default() += i64::from(res.qty);
+        for res in r.reservations.iter().filter(|x| x.status == ReservationStatus::Reserved && x.resource_type == ResourceType::Stock) {
+            *held.entry(res.resource_key.as_str()).or_default() += i64::from(res.qty);
         }
     }
     let mut counted: BTreeMap<&str, i64> = snapshot.stocks.iter().map(|s| (s.sku.as_str(), s.reserved)).collect();
@@ -439,7 +439,7 @@ pub(crate) fn released_on_paid(r: &OrderRecord, out: &mut Vec<Discrepancy>) {
             "reservation_released_on_paid_order",
             &o.order_id,
             None,
-            format!("reservation of {} RELEASED on a PAID order", res.sku),
+            format!("reservation of {} RELEASED on a PAID order", res.label()),
         ));
     }
 }
@@ -564,6 +564,7 @@ mod tests {
             expire_at: Timestamp::from_unix_millis(1),
             expiry_rule_version: "v".into(),
             cancel_requested_at: None,
+            points: 0,
             payment_attempts: 1,
             closing: None,
             paid_by: paid_by.map(|p| PaymentId::parse(p).unwrap()),
@@ -662,9 +663,8 @@ mod tests {
 
     fn record(o: Order, payments: Vec<PaymentAttempt>, refunds: Vec<Refund>, released: bool) -> OrderRecord {
         let reservations = vec![Reservation {
-            sku: Sku::parse("A").unwrap(),
-            qty: 1,
             status: if released { ReservationStatus::Released } else { ReservationStatus::Confirmed },
+            ..Reservation::stock(&Sku::parse("A").unwrap(), 1)
         }];
         OrderRecord { order: o, reservations, coupon_lock: None, payments, refunds }
     }

@@ -547,8 +547,8 @@ async fn held_in_flight<I: DayIndex, C: ChannelStatement>(
     cost.add(read.cost);
     let mut held = BTreeMap::new();
     for r in &read.records {
-        for res in r.reservations.iter().filter(|x| x.status == ReservationStatus::Reserved) {
-            *held.entry(res.sku.to_string()).or_default() += i64::from(res.qty);
+        for res in r.reservations.iter().filter(|x| x.status == ReservationStatus::Reserved && x.resource_type == ResourceType::Stock) {
+            *held.entry(res.resource_key.clone()).or_default() += i64::from(res.qty);
         }
     }
     Ok(held)

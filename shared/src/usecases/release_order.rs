@@ -51,12 +51,12 @@ pub async fn release_order<S: OrderStore>(
         match store.release_reservation(order_id, r, clock.now()).await? {
             Ok(Step::Moved(_)) => {
                 report.moved += 1;
-                info!(sku = %r.sku, qty = r.qty, "reservation released, stock returned");
+                info!(holding = %r.label(), "reservation released, its counter given back");
             }
             Ok(Step::AlreadyThere) => report.already += 1,
             Err(refused) => {
                 report.refused += 1;
-                error!(sku = %r.sku, %refused, "invariant breach: a CONFIRMED reservation on a CLOSED order was not released");
+                error!(holding = %r.label(), %refused, "invariant breach: a CONFIRMED reservation on a CLOSED order was not released");
                 metrics::CONFIRMED_RESERVATION_ON_CLOSED_ORDER.count(1);
             }
         }
@@ -141,7 +141,7 @@ where
     for r in &record.reservations {
         let res = store.confirm_reservation(order_id, r, clock.now()).await?;
         if let Err(refused) = &res {
-            error!(sku = %r.sku, %refused, "invariant breach: reservation released while the order is PAID");
+            error!(holding = %r.label(), %refused, "invariant breach: reservation released while the order is PAID");
             metrics::RELEASED_RESERVATION_ON_PAID_ORDER.count(1);
         }
         tally(&mut report, res, "reservation");

@@ -121,6 +121,7 @@ async fn place_all(
                             unit_price: Some(PRICE),
                         }],
                         coupon_id: None,
+                        points: 0,
                     },
                 ))
             })();
@@ -140,6 +141,7 @@ async fn place_all(
                     ids: Box::new(RandomIds),
                     window: window_until(OffsetDateTime::now_utc(), target),
                     expiry_rule_version: rule_version.to_owned(),
+                    open_order_cap: None,
                 };
                 let t = Instant::now();
                 match uc.execute(key.clone(), req.clone()).await {

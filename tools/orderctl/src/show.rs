@@ -77,10 +77,11 @@ pub async fn run(stack: &Stack, id: &str, with_logs: bool, json_out: bool) -> Re
         return print_json(&json!({
             "order": summary(&record),
             "timeline": entries,
-            "reservations": record.reservations.iter().map(|r| json!({
-                "sku": r.sku, "qty": r.qty, "status": r.status,
-                "settled_at": times.get(&format!("RES#STOCK#{}", r.sku), "updated_at"),
-            })).collect::<Vec<_>>(),
+            "reservations": record.reservations.iter().map(|r| {
+                let mut v = order_core::handlers::views::holding_view(r, None);
+                v["settled_at"] = json!(times.get(&r.sort_key(), "updated_at"));
+                v
+            }).collect::<Vec<_>>(),
             "coupon_lock": record.coupon_lock.as_ref().map(|l| json!({
                 "coupon_id": l.coupon_id, "status": l.status, "reason": l.reason,
                 "settled_at": times.get(&format!("RES#COUPON#{}", l.coupon_id), "ended_at"),
@@ -217,13 +218,12 @@ pub fn timeline(r: &OrderRecord, times: &ItemTimes) -> Vec<Entry> {
         }
     }
     for res in &r.reservations {
-        let sk = format!("RES#STOCK#{}", res.sku);
-        match times.get(&sk, "updated_at").and_then(|t| Timestamp::parse(t).ok()) {
-            Some(at) => push(&at, "reservation", format!("{}×{} {}", res.qty, res.sku, name_of(&res.status))),
+        match times.get(&res.sort_key(), "updated_at").and_then(|t| Timestamp::parse(t).ok()) {
+            Some(at) => push(&at, "reservation", format!("{} {}", res.label(), name_of(&res.status))),
             None => push(
                 &o.created_at,
                 "reservation",
-                format!("{}×{} {} (not settled)", res.qty, res.sku, name_of(&res.status)),
+                format!("{} {} (not settled)", res.label(), name_of(&res.status)),
             ),
         }
     }

@@ -260,7 +260,7 @@ async fn classify(store: &DynamoStore, entry: DueEntry, now: Timestamp, report: 
                 .reservations
                 .iter()
                 .filter(|res| res.status == ReservationStatus::Reserved)
-                .map(|res| format!("{}×{} RESERVED", res.qty, res.sku))
+                .map(|res| format!("{} RESERVED", res.label()))
                 .collect();
             if let Some(l) = r.coupon_lock.as_ref().filter(|l| l.status == CouponLockStatus::Locked) {
                 holds.push(format!("coupon {} LOCKED", l.coupon_id));
