@@ -27,6 +27,7 @@ Commands
 Environment (defaults in brackets)
   STACK_NAME [order-expiry]          CloudFormation stack name
   PAYMENT_WINDOW_SECONDS [30]        order payment window for the local stack
+  MAX_OPEN_ORDERS_PER_BUYER [25]     open orders one buyer may have (0: no cap)
   GATEWAY_PORT [4566]                ministack port (bound to 127.0.0.1)
   AWS_REGION [us-east-1]
   WEBHOOK_SECRET [whsec_localcurrent,whsec_localprevious]  the Stripe webhook signing
@@ -69,6 +70,9 @@ cd "$ROOT"
 
 STACK_NAME="${STACK_NAME:-order-expiry}"
 PAYMENT_WINDOW_SECONDS="${PAYMENT_WINDOW_SECONDS:-30}"
+# Above the template's 10: loadcheck's everyday traffic gives each of its
+# buyers a dozen open orders at once.
+MAX_OPEN_ORDERS_PER_BUYER="${MAX_OPEN_ORDERS_PER_BUYER:-25}"
 CHANNEL_NOT_FOUND_GRACE_SECONDS="${CHANNEL_NOT_FOUND_GRACE_SECONDS:-30}"
 GATEWAY_PORT="${GATEWAY_PORT:-4566}"
 REGION="${AWS_REGION:-us-east-1}"
@@ -271,6 +275,7 @@ run_deploy() { # args: LocalApiId ApiBaseUrlOverride NotifyApiBaseUrlOverride
     --bootstrap-dir "$(target_dir)/debug" \
     --param EnableSandboxChannel=true \
     --param "PaymentWindowSeconds=$PAYMENT_WINDOW_SECONDS" \
+    --param "MaxOpenOrdersPerBuyer=$MAX_OPEN_ORDERS_PER_BUYER" \
     --param "ChannelNotFoundGraceSeconds=$CHANNEL_NOT_FOUND_GRACE_SECONDS" \
     --param "MerchantId=$MERCHANT_ID" \
     --param "WebhookSecretParameterName=$WEBHOOK_SECRET_PARAMETER" \
@@ -325,6 +330,7 @@ deploy() {
     echo "AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID"
     echo "AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY"
     echo "PAYMENT_WINDOW_SECONDS=$PAYMENT_WINDOW_SECONDS"
+    echo "MAX_OPEN_ORDERS_PER_BUYER=$MAX_OPEN_ORDERS_PER_BUYER"
     echo "PERSIST_STATE=${PERSIST_STATE:-0}"
     echo "LOST_ANSWER_RATE=$LOST_ANSWER_RATE"
     echo "COUNT_AWS_CALLS=$COUNT_AWS_CALLS"
@@ -490,6 +496,8 @@ cmd_redeploy() {
   [[ -f "$STATE/stack.env" ]] || die "no local stack: run infra/local.sh up first"
   grep -q '^PAYMENT_WINDOW_SECONDS=' "$STATE/stack.env" && \
     PAYMENT_WINDOW_SECONDS="$(sed -n 's/^PAYMENT_WINDOW_SECONDS=//p' "$STATE/stack.env")"
+  grep -q '^MAX_OPEN_ORDERS_PER_BUYER=' "$STATE/stack.env" && \
+    MAX_OPEN_ORDERS_PER_BUYER="$(sed -n 's/^MAX_OPEN_ORDERS_PER_BUYER=//p' "$STATE/stack.env")"
   [[ "$LOCAL_EMULATOR" == ministack ]] || die "redeploy is for the ministack stack; run up for an external emulator"
   [[ "${SKIP_BUILD:-0}" == 1 ]] || build
   aws_env

@@ -571,6 +571,36 @@ pub enum StockWritten {
     Moved(Option<Stock>),
 }
 
+/// What became of an operator's points credit ([`PointsLedger::credit_points`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PointsWritten {
+    /// The credit and its record were written.
+    Applied,
+    /// A credit with this key was applied before: its record.
+    KeyUsed(crate::domain::points::PointsCredit),
+    /// A debit larger than the available points (`available` as found).
+    Insufficient { available: i64 },
+}
+
+/// Operators' credits of buyers' points, each written with its audit
+/// record (see [`crate::domain::points`]).
+#[async_trait]
+pub trait PointsLedger: Send + Sync {
+    /// The credit and its record in one transaction: the record only if
+    /// its key was never used for the buyer, a debit only while the
+    /// buyer's available points cover it.
+    async fn credit_points(&self, credit: &crate::domain::points::PointsCredit) -> Result<PointsWritten, Unavailable>;
+    /// The credit made with `key`, if there was one.
+    async fn points_credit(
+        &self,
+        user: &UserId,
+        key: &IdempotencyKey,
+    ) -> Result<Option<crate::domain::points::PointsCredit>, Unavailable>;
+    async fn points_balance(&self, user: &UserId) -> Result<Option<crate::domain::points::PointsBalance>, Unavailable>;
+    /// Every credit of the buyer, oldest first.
+    async fn points_credits(&self, user: &UserId) -> Result<Vec<crate::domain::points::PointsCredit>, Unavailable>;
+}
+
 /// Operators' changes of the catalog, each written with its audit record
 /// (see [`crate::domain::catalog`]).
 #[async_trait]

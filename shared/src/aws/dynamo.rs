@@ -490,7 +490,9 @@ impl DynamoStore {
         self.get(pk, sk, what).await?.map(|item| from_item(item, what)).transpose()
     }
 
-    pub(crate) async fn get_item(&self, pk: String, sk: &str) -> Result<Option<Item>, Unavailable> {
+    /// One item as stored (consistent read), for tools and tests that look at a
+    /// counter or record directly.
+    pub async fn get_item(&self, pk: String, sk: &str) -> Result<Option<Item>, Unavailable> {
         self.get(pk, sk, "get item").await
     }
 

@@ -10,6 +10,7 @@ pub mod event_bus;
 pub mod holdings;
 pub mod lost_answers;
 pub mod payments;
+pub mod points;
 pub mod queue;
 pub mod reconcile_index;
 pub mod redrive;

@@ -12,6 +12,7 @@ pub mod ids;
 pub mod money;
 pub mod order;
 pub mod payment;
+pub mod points;
 pub mod records;
 pub mod refund;
 pub mod reservation;

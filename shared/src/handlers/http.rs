@@ -101,6 +101,21 @@ async fn put_stock(app: &OrderApi, req: &Request) -> Response<Body> {
     }
 }
 
+/// POST /admin/buyers/{user_id}/points
+async fn credit_points(app: &OrderApi, req: &Request) -> Response<Body> {
+    let credited = match idempotency_key(req) {
+        Ok(key) => {
+            let (user, by) = (path_param(req, "user_id"), caller_identity(req));
+            requests::credit_points(&app.store, app.clock.as_ref(), &user, key, by, body_bytes(req)).await
+        }
+        Err(e) => Err(e),
+    };
+    match credited {
+        Ok((balance, replayed)) => replayable(json_response(200, &balance), replayed),
+        Err(e) => error_response(&e),
+    }
+}
+
 /// GET /orders, GET /orders/{order_id}, POST /orders/{order_id}/cancel,
 /// POST /orders/{order_id}/payments and the /admin routes.
 pub async fn order_api(app: &OrderApi, req: Request) -> Response<Body> {
@@ -149,6 +164,10 @@ pub async fn order_api(app: &OrderApi, req: Request) -> Response<Body> {
         "POST /orders/{order_id}/payments" => return start_payment(app, &req).await,
         "PUT /admin/skus/{sku}" => return put_stock(app, &req).await,
         "GET /admin/skus/{sku}" => requests::get_stock(store, &path_param(&req, "sku")).await.map(|v| (200, v)),
+        "POST /admin/buyers/{user_id}/points" => return credit_points(app, &req).await,
+        "GET /admin/buyers/{user_id}/points" => {
+            requests::get_points(store, &path_param(&req, "user_id")).await.map(|v| (200, v))
+        }
         "PUT /admin/coupons/{coupon_id}" => {
             requests::put_coupon(store, &path_param(&req, "coupon_id"), body).await.map(|v| (200, v))
         }

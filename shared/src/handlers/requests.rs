@@ -481,6 +481,52 @@ pub async fn put_stock<S: OrderStore + StockLedger>(
     Ok((views::stock(&done.stock), done.replayed))
 }
 
+/// POST /admin/buyers/{user_id}/points: `{"credit": N, "reason": "…"}`
+/// under a required Idempotency-Key (an audited change of money's worth
+/// is never made twice by a re-send).
+pub async fn credit_points<S: crate::store::PointsLedger>(
+    store: &S,
+    clock: &dyn Clock,
+    user: &str,
+    idempotency_key: Option<&str>,
+    by: String,
+    body: &[u8],
+) -> Result<(Value, bool), ApiError> {
+    let user_id = UserId::parse(user).map_err(|e| ApiError::invalid(e.0))?;
+    let key = idempotency_key
+        .ok_or_else(|| ApiError::invalid("the Idempotency-Key header is required: a credit is applied once per key"))
+        .and_then(|k| IdempotencyKey::parse(k).map_err(|e| ApiError::invalid(e.0)))?;
+    let obj = json_object(body)?;
+    reject_unknown(&obj, &["credit", "reason"], "")?;
+    let limit = crate::usecases::points::MAX_CREDIT;
+    let delta = obj
+        .get("credit")
+        .and_then(Value::as_i64)
+        .filter(|d| *d != 0 && (-limit..=limit).contains(d))
+        .ok_or_else(|| {
+            ApiError::invalid(format!(
+                "credit is required: a whole number of points from -{limit} to {limit}, not 0 (negative takes \
+                 points away)"
+            ))
+        })?;
+    let reason = obj
+        .get("reason")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|r| (1..=200).contains(&r.chars().count()))
+        .ok_or_else(|| ApiError::invalid("reason is required: 1 to 200 characters saying why (it is audited)"))?
+        .to_owned();
+    let req = crate::usecases::points::CreditRequest { user_id, key, delta, reason, by };
+    let (balance, replayed) = crate::usecases::points::credit_points(store, clock, req).await?;
+    Ok((views::points_balance(&balance), replayed))
+}
+
+/// GET /admin/buyers/{user_id}/points: the balance and its credits.
+pub async fn get_points<S: crate::store::PointsLedger>(store: &S, user: &str) -> Result<Value, ApiError> {
+    let user_id = UserId::parse(user).map_err(|_| ApiError::not_found(format!("buyer {user}")))?;
+    Ok(views::points(&crate::usecases::points::points_view(store, &user_id).await?))
+}
+
 /// GET /admin/skus/{sku}; an id that cannot exist is simply not found.
 pub async fn get_stock<S: OrderStore>(store: &S, sku: &str) -> Result<Value, ApiError> {
     let sku = Sku::parse(sku).map_err(|_| ApiError::not_found(format!("sku {sku}")))?;

@@ -163,6 +163,29 @@ pub fn holding_view(r: &Reservation, since: Option<&Timestamp>) -> Value {
     v
 }
 
+/// A buyer's points balance.
+pub fn points_balance(b: &crate::domain::points::PointsBalance) -> Value {
+    json!({
+        "user_id": b.user_id,
+        "available": b.available,
+        "held": b.held,
+        "spent": b.spent,
+        "credited": b.credited,
+        "changes": b.changes,
+    })
+}
+
+/// A buyer's points balance with its audited credits, oldest first.
+pub fn points(v: &crate::usecases::points::PointsView) -> Value {
+    let mut out = points_balance(&v.balance);
+    out["credits"] = v
+        .credits
+        .iter()
+        .map(|c| json!({"key": c.key, "credit": c.delta, "reason": c.reason, "by": c.by, "at": c.at}))
+        .collect();
+    out
+}
+
 fn held_view(h: &Held) -> Value {
     let reservations: Vec<Value> = h.reservations.iter().map(|(r, since)| holding_view(r, Some(since))).collect();
     let coupon = h.coupon.as_ref().map(|(coupon_id, since)| json!({"coupon_id": coupon_id, "since": since}));

@@ -10,6 +10,7 @@ pub mod my_orders;
 pub mod order_reads;
 pub mod payments;
 pub mod pending_effects;
+pub mod points;
 pub mod queries;
 pub mod reconcile;
 pub mod reconcile_day;

@@ -1,0 +1,122 @@
+//! The DynamoDB adapter of [`PointsLedger`]: an operator's credit of a
+//! buyer's points and its audit record in one transaction, keyed by the
+//! request's idempotency key, so a credit whose answer was lost and is
+//! sent again is applied once.
+
+use super::dynamo::{from_item, key, keys, n, s, to_item, unavailable, DynamoStore, Item};
+use crate::domain::points::{PointsBalance, PointsCredit};
+use crate::domain::*;
+use crate::ports::Unavailable;
+use crate::store::{PointsLedger, PointsWritten};
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
+
+/// The reconcile-index partition listing every points balance, so the day
+/// run's catalog piece finds them by a Query (each credit lists its
+/// balance; a balance exists only once credited).
+pub const POINTS_PART: &str = "CATALOG#POINTS";
+
+/// The balance's update for `c`: the delta added to `available` and to
+/// `credited`, one more change; a debit only while `available` covers it
+/// (points held by open orders are not available).
+fn balance_update(store: &DynamoStore, c: &PointsCredit) -> Update {
+    let mut u = Update::builder()
+        .table_name(store.table())
+        .set_key(Some(key(keys::buyer(&c.user_id), keys::POINTS_SK)))
+        .update_expression(
+            "SET available = if_not_exists(available, :zero) + :d, held = if_not_exists(held, :zero), \
+             spent = if_not_exists(spent, :zero), user_id = :u, entity = :e, recon_part = :part, recon_at = :pk \
+             ADD credited :d, changes :one",
+        )
+        .expression_attribute_values(":d", n(c.delta))
+        .expression_attribute_values(":zero", n(0))
+        .expression_attribute_values(":one", n(1))
+        .expression_attribute_values(":u", s(c.user_id.as_str()))
+        .expression_attribute_values(":e", s("POINTS"))
+        .expression_attribute_values(":part", s(POINTS_PART))
+        .expression_attribute_values(":pk", s(keys::buyer(&c.user_id)))
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+    if c.delta < 0 {
+        u = u.condition_expression("available >= :min").expression_attribute_values(":min", n(-c.delta));
+    }
+    u.build().expect("complete update")
+}
+
+fn record_put(store: &DynamoStore, c: &PointsCredit) -> Put {
+    let mut item = to_item(c);
+    item.extend(key(keys::buyer(&c.user_id), &keys::points_change_sk(&c.key)));
+    item.insert("entity".into(), s("POINTS_CHANGE"));
+    Put::builder()
+        .table_name(store.table())
+        .set_item(Some(item))
+        .condition_expression("attribute_not_exists(pk)")
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+        .build()
+        .expect("complete put")
+}
+
+fn present(item: Option<Item>) -> Option<Item> {
+    item.filter(|i| !i.is_empty())
+}
+
+#[async_trait]
+impl PointsLedger for DynamoStore {
+    async fn credit_points(&self, c: &PointsCredit) -> Result<PointsWritten, Unavailable> {
+        let items = vec![
+            TransactWriteItem::builder().update(balance_update(self, c)).build(),
+            TransactWriteItem::builder().put(record_put(self, c)).build(),
+        ];
+        let mut failed = match self.transact_items(items, "credit points").await? {
+            Ok(()) => return Ok(PointsWritten::Applied),
+            Err(failed) => failed.into_iter(),
+        };
+        let (balance, record) = (failed.next().flatten(), failed.next().flatten());
+        if let Some(done) = present(record) {
+            return Ok(PointsWritten::KeyUsed(from_item(done, "points change record")?));
+        }
+        // The debit's condition: an engine that does not hand back the old
+        // item of a transaction leaves it empty; a read tells how many
+        // points there are (it changes nothing).
+        let available = match present(balance) {
+            Some(item) => from_item::<PointsBalance>(item, "points balance")?.available,
+            None => self.points_balance(&c.user_id).await?.map_or(0, |b| b.available),
+        };
+        Ok(PointsWritten::Insufficient { available })
+    }
+
+    async fn points_credit(&self, user: &UserId, k: &IdempotencyKey) -> Result<Option<PointsCredit>, Unavailable> {
+        self.get_record(keys::buyer(user), &keys::points_change_sk(k), "points change record").await
+    }
+
+    async fn points_balance(&self, user: &UserId) -> Result<Option<PointsBalance>, Unavailable> {
+        self.get_record(keys::buyer(user), keys::POINTS_SK, "points balance").await
+    }
+
+    async fn points_credits(&self, user: &UserId) -> Result<Vec<PointsCredit>, Unavailable> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client()
+                .query()
+                .table_name(self.table())
+                .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
+                .expression_attribute_values(":pk", s(keys::buyer(user)))
+                .expression_attribute_values(":prefix", s(keys::POINTS_CHANGE_PREFIX))
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(unavailable("read points changes"))?;
+            for item in page.items.unwrap_or_default() {
+                out.push(from_item(item, "points change record")?);
+            }
+            match page.last_evaluated_key {
+                Some(k) => start = Some(k),
+                None => break,
+            }
+        }
+        out.sort_by(|a: &PointsCredit, b| (a.at, a.key.as_str()).cmp(&(b.at, b.key.as_str())));
+        Ok(out)
+    }
+}
