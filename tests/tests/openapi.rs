@@ -545,6 +545,15 @@ async fn e2e_every_request_example_gets_its_documented_answer() {
         list.body["orders"].as_array().unwrap().iter().map(|o| o["order_id"].as_str().unwrap()).collect();
     assert_eq!(ids.get(..3), Some(&[c.as_str(), b.as_str(), a.as_str()][..]), "{list:?}");
 
+    // D: the buyer's points, spent by an order, and a SKU's purchase limit.
+    s.send("adminCreditPoints", Some("welcome")).await;
+    s.send("adminCreditPoints", Some("zero")).await;
+    s.send("adminGetPoints", None).await;
+    let d = s.send("createOrder", Some("with_points")).await;
+    assert_eq!(d.body["points"], 500, "{d:?}");
+    s.send("adminPutSku", Some("limit")).await;
+    s.send("createOrder", Some("over_the_limit")).await;
+
     s.send("adminPutSku", Some("reprice")).await;
 
     let missing: Vec<_> = request_examples(&s.doc).difference(&s.sent).cloned().collect();

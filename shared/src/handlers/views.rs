@@ -38,6 +38,9 @@ pub fn order_view(r: &OrderRecord) -> Value {
             "status": f.status, "notification": f.notification,
         })).collect::<Vec<_>>(),
     });
+    if o.points > 0 {
+        v["points"] = json!(o.points);
+    }
     if let Some(at) = o.cancel_requested_at {
         v["cancel_requested_at"] = json!(at);
     }
@@ -112,10 +115,14 @@ pub fn order_list(list: &OrderList, next_cursor: Option<String>) -> Value {
 
 /// A SKU's stock row and catalog price.
 pub fn stock(s: &Stock) -> Value {
-    json!({
+    let mut v = json!({
         "sku": s.sku, "available": s.available, "reserved": s.reserved, "sold": s.sold,
         "price": s.price, "currency": s.currency,
-    })
+    });
+    if let Some(limit) = s.purchase_limit {
+        v["purchase_limit"] = json!(limit);
+    }
+    v
 }
 
 /// A coupon as the operator routes show it.
@@ -245,8 +252,12 @@ pub fn force_check(c: &ForceCheck) -> Value {
 
 /// The order as `POST /orders` answers it (new or replayed).
 pub fn created_order(o: &Order) -> Value {
-    json!({
+    let mut v = json!({
         "order_id": o.order_id, "status": o.status, "expire_at": o.expire_at,
         "amount_total": o.amount_total, "currency": o.currency, "items": o.items,
-    })
+    });
+    if o.points > 0 {
+        v["points"] = json!(o.points);
+    }
+    v
 }
