@@ -176,7 +176,7 @@ pub const REFUNDS_PENDING: Metric = count_metric("RefundsPending");
 
 /// One per kind of `usecases::reconcile::KINDS`, named `Discrepancy.<kind>`
 /// (each has its own alarm).
-pub const DISCREPANCIES: [Metric; 15] = [
+pub const DISCREPANCIES: [Metric; 16] = [
     count_metric("Discrepancy.channel_success_order_unpaid"),
     count_metric("Discrepancy.order_paid_without_channel_success"),
     count_metric("Discrepancy.amount_mismatch"),
@@ -191,6 +191,7 @@ pub const DISCREPANCIES: [Metric; 15] = [
     count_metric("Discrepancy.refund_pending_stale"),
     count_metric("Discrepancy.stock_reserved_mismatch"),
     count_metric("Discrepancy.stock_supply_mismatch"),
+    count_metric("Discrepancy.points_balance_mismatch"),
     count_metric("Discrepancy.undecodable_record"),
 ];
 

@@ -38,6 +38,9 @@ pub struct TableSnapshot {
     pub stocks: Vec<Stock>,
     /// Every operator change of every SKU (their audit records).
     pub stock_changes: Vec<StockChangeRecord>,
+    /// Every buyer's points balance and the credits that made them.
+    pub points: Vec<crate::domain::points::PointsBalance>,
+    pub points_credits: Vec<crate::domain::points::PointsCredit>,
     pub undecodable: Vec<UndecodableRow>,
 }
 
@@ -675,6 +678,16 @@ pub trait DayIndex: Send + Sync {
     async fn order_records(&self, orders: &[OrderId]) -> Result<RecordsRead, Unavailable>;
     /// A SKU's row and audit records.
     async fn catalog_entry(&self, sku: &Sku) -> Result<CatalogEntry, Unavailable>;
+    /// A buyer's points balance and its audited credits, as of one moment.
+    async fn points_entry(&self, user: &UserId) -> Result<PointsEntry, Unavailable>;
+}
+
+/// A buyer's points balance and credits as the day run read them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PointsEntry {
+    pub balance: Option<crate::domain::points::PointsBalance>,
+    pub credits: Vec<crate::domain::points::PointsCredit>,
+    pub cost: ReadCost,
 }
 
 /// Where a day's runs, their pieces' partial reports and the merged

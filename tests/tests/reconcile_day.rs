@@ -242,6 +242,27 @@ async fn plant_catalog_kinds(w: &World) {
         .send()
         .await
         .unwrap();
+    // points_balance_mismatch: 5 points held that no order holds.
+    let user = UserId::parse("points-planted").unwrap();
+    let req = order_core::usecases::points::CreditRequest {
+        user_id: user.clone(),
+        key: IdempotencyKey::parse("planted").unwrap(),
+        delta: 100,
+        reason: "test".into(),
+        by: "ops".into(),
+    };
+    order_core::usecases::points::credit_points(&w.store, &FixedClock::at(run_time().unix_millis()), req).await.unwrap();
+    w.store
+        .client()
+        .update_item()
+        .table_name(w.store.table())
+        .key("pk", s(keys::buyer(&user)))
+        .key("sk", s(keys::POINTS_SK))
+        .update_expression("SET held = held + :five")
+        .expression_attribute_values(":five", n(5))
+        .send()
+        .await
+        .unwrap();
 }
 
 /// Starts a run of `day` and delivers its piece messages, in `order`, to
@@ -332,6 +353,9 @@ impl DayIndex for FailingPart<'_> {
     }
     async fn catalog_entry(&self, sku: &Sku) -> Result<CatalogEntry, Unavailable> {
         self.inner.catalog_entry(sku).await
+    }
+    async fn points_entry(&self, user: &UserId) -> Result<PointsEntry, Unavailable> {
+        self.inner.points_entry(user).await
     }
 }
 
@@ -682,4 +706,77 @@ async fn an_order_placed_while_a_day_run_is_in_flight_is_not_a_stock_mismatch() 
         "the stock is consistent: {:#?}",
         report.discrepancies
     );
+}
+
+/// Credits `points` to `user` (an audited credit) and places an order of
+/// `user` at `at` spending `spend` of them.
+async fn order_with_points(w: &World, user: &str, points: i64, spend: u32, at: Timestamp) -> Order {
+    let req = order_core::usecases::points::CreditRequest {
+        user_id: UserId::parse(user).unwrap(),
+        key: IdempotencyKey::parse(format!("credit-{}", rand::random::<u32>())).unwrap(),
+        delta: points,
+        reason: "test".into(),
+        by: "ops".into(),
+    };
+    order_core::usecases::points::credit_points(&w.store, &FixedClock::at(at.unix_millis()), req).await.unwrap();
+    let create = CreateOrder {
+        store: w.store.clone(),
+        clock: Box::new(FixedClock::at(at.unix_millis())),
+        ids: Box::new(RandomIds),
+        window: Duration::from_secs(60),
+        expiry_rule_version: "t".into(),
+        open_order_cap: None,
+    };
+    let body = json!({"user_id": user, "currency": "EUR", "items": [{"sku": "A", "qty": 2}], "points": spend});
+    let key = format!("k{}", rand::random::<u64>());
+    create.execute_as_named(Some(&key), body.to_string().as_bytes()).await.unwrap().order
+}
+
+#[tokio::test]
+async fn a_points_balance_that_disagrees_with_its_open_orders_or_its_credits_is_reported() {
+    let w = World::new().await;
+    let at = day().start().plus(Duration::from_secs(3600));
+    // Consistent: 150 of 500 held by an open order.
+    order_with_points(&w, "points-ok", 500, 150, at).await;
+    // Planted: the balance says 40 more held than its open order holds.
+    order_with_points(&w, "points-held", 500, 100, at).await;
+    // Planted: 70 points that no audited credit gave.
+    order_with_points(&w, "points-credited", 300, 50, at).await;
+    let edit = |user: &str, expr: &str, v: i64| {
+        w.store
+            .client()
+            .update_item()
+            .table_name(w.store.table())
+            .key("pk", s(keys::buyer(&UserId::parse(user).unwrap())))
+            .key("sk", s(keys::POINTS_SK))
+            .update_expression(expr.to_owned())
+            .expression_attribute_values(":v", n(v))
+            .send()
+    };
+    edit("points-held", "SET held = held + :v, available = available - :v", 40).await.unwrap();
+    edit("points-credited", "SET available = available + :v, credited = credited + :v", 70).await.unwrap();
+
+    let (_, report) = run_day(&w, &w.ports(), day(), false).await;
+    let found: Vec<_> = report.discrepancies.iter().filter(|d| d.kind == "points_balance_mismatch").collect();
+    let keys: BTreeSet<&str> = found.iter().map(|d| d.key.as_deref().unwrap()).collect();
+    assert_eq!(keys, BTreeSet::from(["BUYER#points-held/POINTS", "BUYER#points-credited/POINTS"]), "{found:?}");
+    let held = found.iter().find(|d| d.key.as_deref() == Some("BUYER#points-held/POINTS")).unwrap();
+    assert!(held.detail.contains("held 140, the open orders hold 100"), "{}", held.detail);
+    let credited = found.iter().find(|d| d.key.as_deref() == Some("BUYER#points-credited/POINTS")).unwrap();
+    assert!(credited.detail.contains("add up to 300"), "{}", credited.detail);
+
+    // The full read finds the same two.
+    let full = order_core::usecases::reconcile::reconcile(
+        &w.store.scan_snapshot().await.unwrap(),
+        None,
+        &Bounds::default(),
+        run_time(),
+    );
+    let full_keys: BTreeSet<String> = full
+        .discrepancies
+        .iter()
+        .filter(|d| d.kind == "points_balance_mismatch")
+        .map(|d| d.key.clone().unwrap())
+        .collect();
+    assert_eq!(full_keys, keys.iter().map(|k| k.to_string()).collect(), "{:?}", full.discrepancies);
 }

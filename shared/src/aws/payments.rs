@@ -621,8 +621,12 @@ impl PaymentStore for DynamoStore {
                 .scan()
                 .table_name(self.table())
                 .filter_expression(
-                    "begins_with(pk, :o) OR (begins_with(pk, :sku) AND (sk = :stock OR begins_with(sk, :change)))",
+                    "begins_with(pk, :o) OR (begins_with(pk, :sku) AND (sk = :stock OR begins_with(sk, :change))) \
+                     OR (begins_with(pk, :buyer) AND (sk = :points OR begins_with(sk, :credit)))",
                 )
+                .expression_attribute_values(":buyer", s("BUYER#"))
+                .expression_attribute_values(":points", s(keys::POINTS_SK))
+                .expression_attribute_values(":credit", s(keys::POINTS_CHANGE_PREFIX))
                 .expression_attribute_values(":o", s("ORDER#"))
                 .expression_attribute_values(":sku", s("SKU#"))
                 .expression_attribute_values(":stock", s(keys::STOCK_SK))
@@ -634,7 +638,19 @@ impl PaymentStore for DynamoStore {
                 .map_err(|e| Unavailable::new("scan for reconciliation", e))?;
             for item in out.items.unwrap_or_default() {
                 let pk = row_key(&item, "pk");
-                if pk.starts_with("SKU#") && row_key(&item, "sk").starts_with(keys::STOCK_CHANGE_PREFIX) {
+                if pk.starts_with("BUYER#") {
+                    if row_key(&item, "sk") == keys::POINTS_SK {
+                        match serde_dynamo::from_item(item.clone()) {
+                            Ok(b) => snapshot.points.push(b),
+                            Err(e) => snapshot.undecodable.push(undecodable(&item, &e)),
+                        }
+                    } else {
+                        match serde_dynamo::from_item(item.clone()) {
+                            Ok(c) => snapshot.points_credits.push(c),
+                            Err(e) => snapshot.undecodable.push(undecodable(&item, &e)),
+                        }
+                    }
+                } else if pk.starts_with("SKU#") && row_key(&item, "sk").starts_with(keys::STOCK_CHANGE_PREFIX) {
                     match serde_dynamo::from_item::<_, StockChangeRecord>(item.clone()) {
                         Ok(change) => snapshot.stock_changes.push(change),
                         Err(e) => snapshot.undecodable.push(undecodable(&item, &e)),

@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, Transact
 /// The reconcile-index partition listing every points balance, so the day
 /// run's catalog piece finds them by a Query (each credit lists its
 /// balance; a balance exists only once credited).
-pub const POINTS_PART: &str = "CATALOG#POINTS";
+pub use crate::usecases::reconcile_day::POINTS_PART;
 
 /// The balance's update for `c`: the delta added to `available` and to
 /// `credited`, one more change; a debit only while `available` covers it

@@ -5,10 +5,12 @@
 
 use super::due_index::{cursor_of, item_of};
 use super::dynamo::{key, s, DynamoStore, Item};
-use crate::domain::{Day, OrderId, Sku};
+use crate::domain::{Day, OrderId, Sku, UserId};
 use crate::error::error_chain;
 use crate::ports::Unavailable;
-use crate::store::{Cas, CatalogEntry, DayIndex, DayRuns, DueCursor, IndexPage, ReadCost, RecordsRead, UndecodableRow};
+use crate::store::{
+    Cas, CatalogEntry, DayIndex, DayRuns, DueCursor, IndexPage, PointsEntry, ReadCost, RecordsRead, UndecodableRow,
+};
 use crate::usecases::reconcile_day::{DayReport, DayRun, PartialReport};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
@@ -134,6 +136,23 @@ impl DayIndex for DynamoStore {
         };
         let cost = ReadCost { items: u64::from(stock.is_some()) + changes.len() as u64, capacity_units: 0.0 };
         Ok(CatalogEntry { stock, changes, cost })
+    }
+
+    /// The credits are read before and after the balance, and kept only
+    /// when no credit landed in between (each credit adds its record in
+    /// the transaction that moves the balance's `changes`).
+    async fn points_entry(&self, user: &UserId) -> Result<PointsEntry, Unavailable> {
+        use crate::store::PointsLedger;
+        for _ in 0..3 {
+            let before = self.points_credits(user).await?;
+            let balance = self.points_balance(user).await?;
+            let credits = self.points_credits(user).await?;
+            if before.len() == credits.len() {
+                let cost = ReadCost { items: u64::from(balance.is_some()) + credits.len() as u64, capacity_units: 0.0 };
+                return Ok(PointsEntry { balance, credits, cost });
+            }
+        }
+        Err(Unavailable::new("read a points balance and its credits", "credits kept landing during the read"))
     }
 }
 

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 /// Every kind of discrepancy the report can hold.
-pub const KINDS: [&str; 15] = [
+pub const KINDS: [&str; 16] = [
     "channel_success_order_unpaid",
     "order_paid_without_channel_success",
     "amount_mismatch",
@@ -27,11 +27,12 @@ pub const KINDS: [&str; 15] = [
     "refund_pending_stale",
     "stock_reserved_mismatch",
     "stock_supply_mismatch",
+    "points_balance_mismatch",
     "undecodable_record",
 ];
 
 /// The kinds that need no channel data.
-pub const LOCAL_KINDS: [&str; 9] = [
+pub const LOCAL_KINDS: [&str; 10] = [
     "reservation_released_on_paid_order",
     "reservation_held_on_closed_order",
     "coupon_locked_on_closed_order",
@@ -40,6 +41,7 @@ pub const LOCAL_KINDS: [&str; 9] = [
     "refund_pending_stale",
     "stock_reserved_mismatch",
     "stock_supply_mismatch",
+    "points_balance_mismatch",
     "undecodable_record",
 ];
 
@@ -229,6 +231,56 @@ pub(crate) fn supply_checks(snapshot: &TableSnapshot, out: &mut Vec<Discrepancy>
             key: Some(format!("SKU#{sku}/STOCK")),
             detail: format!("{} audit records but no stock row", records.len()),
         });
+    }
+}
+
+/// RESERVED points per buyer over `records`.
+pub(crate) fn points_held<'r>(records: impl Iterator<Item = &'r OrderRecord>) -> BTreeMap<String, i64> {
+    let mut held = BTreeMap::new();
+    for r in records {
+        for res in r.reservations.iter() {
+            if res.status == ReservationStatus::Reserved && res.resource_type == ResourceType::Points {
+                *held.entry(res.resource_key.clone()).or_default() += i64::from(res.qty);
+            }
+        }
+    }
+    held
+}
+
+/// Each points balance against its audited credits (`available + held +
+/// spent = credited`, the records add up to `credited`), and its `held`
+/// against the points its buyer's open orders hold (`held_by_orders`, per
+/// user id; a buyer whose orders hold points without a balance counts as
+/// held 0).
+pub(crate) fn points_checks(
+    balances: &[crate::domain::points::PointsBalance],
+    credits: &[crate::domain::points::PointsCredit],
+    held_by_orders: &BTreeMap<String, i64>,
+    out: &mut Vec<Discrepancy>,
+) {
+    let push = |out: &mut Vec<Discrepancy>, user: &str, detail: String| {
+        out.push(Discrepancy {
+            kind: "points_balance_mismatch",
+            order_id: String::new(),
+            payment_id: None,
+            key: Some(format!("BUYER#{user}/POINTS")),
+            detail,
+        })
+    };
+    for b in balances {
+        let records: Vec<_> = credits.iter().filter(|c| c.user_id == b.user_id).cloned().collect();
+        for detail in crate::domain::points::audit_disagreements(b, &records) {
+            push(out, b.user_id.as_str(), detail);
+        }
+        let by_orders = held_by_orders.get(b.user_id.as_str()).copied().unwrap_or(0);
+        if b.held != by_orders {
+            push(out, b.user_id.as_str(), format!("held {}, the open orders hold {by_orders} points", b.held));
+        }
+    }
+    for (user, by_orders) in held_by_orders {
+        if *by_orders != 0 && !balances.iter().any(|b| b.user_id.as_str() == user) {
+            push(out, user, format!("no balance, but the open orders hold {by_orders} points"));
+        }
     }
 }
 
@@ -492,6 +544,8 @@ pub fn reconcile(snapshot: &TableSnapshot, statement: Option<&Statement>, bounds
     }
     stock_checks(snapshot, &mut out);
     supply_checks(snapshot, &mut out);
+    let held = points_held(snapshot.orders.iter());
+    points_checks(&snapshot.points, &snapshot.points_credits, &held, &mut out);
     let (mut payments_checked, mut refunds_pending, mut outside_statement) = (0, 0, 0);
     for r in records {
         released_on_paid(r, &mut out);
