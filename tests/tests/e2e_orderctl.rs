@@ -302,3 +302,32 @@ async fn stock_reads_a_skus_counts_from_the_table() {
     let missing = orderctl(&["stock", "no-such-sku-x"]);
     assert_eq!(missing.status.code(), Some(1));
 }
+
+#[tokio::test]
+async fn e2e_orderctl_points_shows_the_balance_its_credits_and_the_open_order_holding_points() {
+    let api = Api::new();
+    let buyer = unique("ctl-points");
+    let user = api.user_id(&buyer).await;
+    let body = json!({"credit": 800, "reason": "goodwill"}).to_string();
+    let path = format!("/admin/buyers/{user}/points");
+    let r = api.send("POST", &path, &[("Idempotency-Key", &unique("c"))], Some(&body), true).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let sku = unique("ctl-points");
+    api.put_stock(&sku, 5).await;
+    let mut order = order_body(&buyer, &sku, 1, None);
+    order["points"] = json!(300);
+    let created = api.create_order(&unique("key"), &order).await;
+    assert_eq!(created.status, 201, "{created:?}");
+
+    let shown = orderctl_json(&["points", &user], 0);
+    assert_eq!(shown["balance"]["available"], 500, "{shown}");
+    assert_eq!(shown["balance"]["held"], 300, "{shown}");
+    assert_eq!(shown["credits"][0]["reason"], "goodwill");
+    assert_eq!(shown["holding_orders"][0]["order_id"], created.body["order_id"]);
+    assert_eq!(shown["holding_orders"][0]["points"], 300);
+    assert_eq!(shown["disagreements"], json!([]), "{shown}");
+    // The human form names the same facts.
+    let out = orderctl(&["points", &user]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("goodwill") && text.contains("300 points by order"), "{text}");
+}

@@ -19,6 +19,7 @@ mod error;
 mod events;
 mod logs;
 mod output;
+mod points;
 mod queues;
 mod reconcile;
 mod refunds;
@@ -169,6 +170,12 @@ enum Command {
         /// The SKU.
         sku: String,
     },
+    /// A buyer's loyalty points: balance, audited credits, the orders holding
+    /// points, and whether they all agree.
+    Points {
+        /// The buyer's user id (their token's subject).
+        user_id: String,
+    },
     /// The integration events of one order (from the relay's log lines).
     Events {
         /// The order id (ord_…).
@@ -226,6 +233,7 @@ async fn run(cli: Cli) -> error::Result<ExitCode> {
             })
         }
         Command::Stock { sku } => stock::run(&stack, &sku, json).await?,
+        Command::Points { user_id } => points::run(&stack, &user_id, json).await?,
         Command::Refunds { command: RefundsCommand::Failed } => refunds::failed(&stack, json).await?,
         Command::Refunds { command: RefundsCommand::Resolve { order_id, payment_id, note, by } } => {
             refunds::resolve(&stack, &order_id, &payment_id, &note, by).await?

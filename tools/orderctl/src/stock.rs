@@ -27,7 +27,8 @@ pub async fn run(stack: &Stack, sku: &str, json_out: bool) -> Result<()> {
     let disagreements = audit_disagreements(&s, &history);
     let v = json!({
         "sku": s.sku, "available": s.available, "reserved": s.reserved, "sold": s.sold,
-        "price": s.price, "currency": s.currency, "supplied": s.supplied, "changes": history,
+        "price": s.price, "currency": s.currency, "purchase_limit": s.purchase_limit,
+        "supplied": s.supplied, "changes": history,
         "disagreements": disagreements,
     });
     if json_out {
@@ -40,6 +41,9 @@ pub async fn run(stack: &Stack, sku: &str, json_out: bool) -> Result<()> {
     };
     t.add_row(vec![s.sku.to_string(), s.available.to_string(), s.reserved.to_string(), s.sold.to_string(), price]);
     println!("{t}");
+    if let Some(limit) = s.purchase_limit {
+        println!("purchase limit: {limit} per buyer (open and paid orders together)");
+    }
     print_history(&history);
     if disagreements.is_empty() {
         println!("available + reserved + sold = {} = the sum of {} audited changes", s.supplied, history.len());
