@@ -39,6 +39,10 @@ struct World {
     meter: Meter,
     clock: FixedClock,
     channel: ScriptedChannel,
+    /// Set by [`World::every_holding`]: the order also holds an open-order
+    /// slot, its units of A's purchase limit and these points.
+    open_order_cap: Option<u32>,
+    points: Option<u32>,
 }
 
 /// One step of a path and the calls it made.
@@ -54,7 +58,41 @@ impl World {
         system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 1_000, &eur(100)).await.unwrap();
         meter.take();
         let raw = DynamoStore::new(system_tests::dynamodb_local().await, store.table());
-        Self { store, raw, meter, clock: FixedClock::at(T0), channel: ScriptedChannel::default() }
+        Self {
+            store,
+            raw,
+            meter,
+            clock: FixedClock::at(T0),
+            channel: ScriptedChannel::default(),
+            open_order_cap: None,
+            points: None,
+        }
+    }
+
+    /// A world whose orders hold every kind: A limited to 5 per buyer, 50
+    /// of the buyer's 1,000 points, a slot of an open-order cap of 10.
+    async fn every_holding() -> Self {
+        let mut w = Self::new().await;
+        let limit = order_core::usecases::queries::StockRequest {
+            change: StockChange::Limit(5),
+            key: Some(IdempotencyKey::parse("limit").unwrap()),
+            by: "bench".into(),
+        };
+        order_core::usecases::queries::put_stock(&w.raw, &w.clock, &RandomIds, &Sku::parse("A").unwrap(), limit)
+            .await
+            .unwrap();
+        let credit = order_core::usecases::points::CreditRequest {
+            user_id: UserId::parse("u1").unwrap(),
+            key: IdempotencyKey::parse("credit").unwrap(),
+            delta: 1000,
+            reason: "bench".into(),
+            by: "bench".into(),
+        };
+        order_core::usecases::points::credit_points(&w.raw, &w.clock, credit).await.unwrap();
+        w.meter.take();
+        w.open_order_cap = Some(10);
+        w.points = Some(50);
+        w
     }
 
     fn step(&self, name: &'static str, steps: &mut Vec<Step>) {
@@ -76,12 +114,15 @@ impl World {
             ids: Box::new(RandomIds),
             window: WINDOW,
             expiry_rule_version: "bench".into(),
-            open_order_cap: None,
+            open_order_cap: self.open_order_cap,
         };
         let mut body =
             json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
         if let Some(c) = coupon {
             body["coupon_id"] = json!(c);
+        }
+        if let Some(p) = self.points {
+            body["points"] = json!(p);
         }
         let buyer = UserId::parse("u1").unwrap();
         create_order(&uc, &buyer, Some(&unique("k")), body.to_string().as_bytes()).await.unwrap().order
@@ -129,7 +170,7 @@ impl World {
     /// records it touched, with its size in bytes as DynamoDB counts it.
     async fn item_sizes(&self, o: &Order, coupon: Option<&str>) -> Vec<(String, usize)> {
         let c = self.raw.client();
-        let mut keys = vec![format!("ORDER#{}", o.order_id), "SKU#A".into()];
+        let mut keys = vec![format!("ORDER#{}", o.order_id), "SKU#A".into(), "BUYER#u1".into()];
         if let Some(cp) = coupon {
             keys.push(format!("COUPON#{cp}"));
         }
@@ -350,4 +391,14 @@ async fn main() {
     let w = World::new().await;
     let (s, o) = cancelled(&w).await;
     print_path("cancelled by the buyer → closed and released; one list page", &s, &w.item_sizes(&o, None).await);
+    let w = World::every_holding().await;
+    let (s, o) = never_paid(&w, None).await;
+    print_path(
+        "every holding (stock, purchase limit, 50 points, open-order slot), never paid → closed and released",
+        &s,
+        &w.item_sizes(&o, None).await,
+    );
+    let w = World::every_holding().await;
+    let (s, o) = paid(&w, None).await;
+    print_path("every holding, paid → settled (limit kept, points spent, slot back)", &s, &w.item_sizes(&o, None).await);
 }
