@@ -121,7 +121,7 @@ async fn place_all(
                             unit_price: Some(PRICE),
                         }],
                         coupon_id: None,
-                        points: 0,
+                        points: p.points,
                     },
                 ))
             })();

@@ -126,15 +126,16 @@ fn plan_orders(args: &Args, run_id: &str, release_until: i64) -> Vec<OrderPlan> 
                 }
                 _ => None,
             };
-            OrderPlan {
-                index: i,
-                plan,
-                buyer,
-                sku: format!("lc-{run_id}-sku{}", i % args.skus.max(1)),
-                qty: 1 + (i % 2) as u32,
-                coupon,
-                idempotency_key: format!("lc-{run_id}-o{i}"),
-            }
+            let (sku, qty) = match plan {
+                // One limited SKU per run, one unit per order.
+                Plan::Mix(Scenario::OverTheLimit) => (format!("lc-{run_id}-limited"), 1),
+                _ => (format!("lc-{run_id}-sku{}", i % args.skus.max(1)), 1 + (i % 2) as u32),
+            };
+            let points = match plan {
+                Plan::Mix(s) if s.uses_points() => scenario::POINTS_SPENT,
+                _ => 0,
+            };
+            OrderPlan { index: i, plan, buyer, sku, qty, coupon, points, idempotency_key: format!("lc-{run_id}-o{i}") }
         })
         .collect()
 }
@@ -177,6 +178,7 @@ async fn setup(client: &Client, plans: &[OrderPlan], skus: &BTreeMap<String, i64
             return Err(format!("seeding {sku}: {} {}", r.status, r.body));
         }
     }
+    limit_and_credit(client, plans, skus).await?;
     let coupons: Vec<(&str, &str)> =
         plans.iter().filter_map(|p| p.coupon.as_deref().map(|c| (c, p.buyer.as_str()))).collect();
     let issued: Vec<Result<String, String>> = futures_util::stream::iter(coupons.iter().map(|(c, b)| async move {
@@ -193,6 +195,31 @@ async fn setup(client: &Client, plans: &[OrderPlan], skus: &BTreeMap<String, i64
     .collect()
     .await;
     issued.into_iter().collect()
+}
+
+/// The run's limited SKU gets its purchase limit, and every buyer of a
+/// points scenario its points (an audited credit, one key per buyer).
+async fn limit_and_credit(client: &Client, plans: &[OrderPlan], skus: &BTreeMap<String, i64>) -> Result<(), String> {
+    for sku in skus.keys().filter(|s| s.ends_with("-limited")) {
+        let body = json!({"purchase_limit": scenario::PURCHASE_LIMIT}).to_string();
+        let key = format!("limit-{sku}");
+        let path = format!("/admin/skus/{sku}");
+        let r = client.send_retried(|| Auth::Iam, "PUT", &path, &[("Idempotency-Key", &key)], Some(&body)).await?;
+        if r.status != 200 {
+            return Err(format!("limiting {sku}: {} {}", r.status, r.body));
+        }
+    }
+    let buyers: BTreeSet<&str> = plans.iter().filter(|p| p.points > 0).map(|p| p.buyer.as_str()).collect();
+    for buyer in buyers {
+        let user_id = client.sign_in(buyer).await?;
+        let body = json!({"credit": scenario::POINTS_CREDIT, "reason": "loadcheck"}).to_string();
+        let (key, path) = (format!("points-{buyer}"), format!("/admin/buyers/{user_id}/points"));
+        let r = client.send_retried(|| Auth::Iam, "POST", &path, &[("Idempotency-Key", &key)], Some(&body)).await?;
+        if r.status != 200 {
+            return Err(format!("crediting {buyer}'s points: {} {}", r.status, r.body));
+        }
+    }
+    Ok(())
 }
 
 /// Units still reserved over the run's SKUs (None if a read failed).
@@ -358,8 +385,11 @@ async fn run_inner(mut args: Args) -> Result<i32, String> {
     let release_until = started_unix + 2 * create_estimate + 30 + window as i64 + args.release_outage as i64;
     let plans = plan_orders(&args, &run_id, release_until);
     let stock_per_sku = (args.orders as i64 * 2) / args.skus.max(1) as i64 + 10;
-    let skus: BTreeMap<String, i64> =
+    let mut skus: BTreeMap<String, i64> =
         (0..args.skus.max(1)).map(|j| (format!("lc-{run_id}-sku{j}"), stock_per_sku)).collect();
+    if plans.iter().any(|p| p.plan == Plan::Mix(Scenario::OverTheLimit)) {
+        skus.insert(format!("lc-{run_id}-limited"), stock_per_sku);
+    }
 
     let mut mix: BTreeMap<&str, usize> = BTreeMap::new();
     for p in &plans {

@@ -49,6 +49,18 @@ pub enum Scenario {
     CouponPaid,
     /// Never paid, with a coupon: the coupon comes back.
     CouponUnpaid,
+    /// Cancelled by its buyer right after create: CLOSED (BUYER_CANCELLED)
+    /// long before `expire_at`, everything it held back.
+    Cancelled,
+    /// Spends some of the buyer's points and is paid: the points spent.
+    PointsPaid,
+    /// Spends some of the buyer's points, never paid: the points back.
+    PointsUnpaid,
+    /// Asks for more of the run's limited SKU than its purchase limit
+    /// (refused 409 `purchase_limit_reached`, nothing held), then for one
+    /// unit of it (taken, or refused as the buyer's other open orders of
+    /// it already hold the limit), never paid.
+    OverTheLimit,
 }
 
 pub const MIX: &[(Scenario, u32)] = &[
@@ -64,7 +76,18 @@ pub const MIX: &[(Scenario, u32)] = &[
     (Scenario::ReplayedCreate, 6),
     (Scenario::CouponPaid, 5),
     (Scenario::CouponUnpaid, 5),
+    (Scenario::Cancelled, 5),
+    (Scenario::PointsPaid, 4),
+    (Scenario::PointsUnpaid, 4),
+    (Scenario::OverTheLimit, 3),
 ];
+
+/// Points each buyer of a points scenario is credited at setup, and what
+/// one order of theirs spends (less than any order's total).
+pub const POINTS_CREDIT: i64 = 1_000_000;
+pub const POINTS_SPENT: u32 = 100;
+/// The purchase limit of the run's limited SKU (`lc-<run>-limited`).
+pub const PURCHASE_LIMIT: u32 = 2;
 
 /// A fault drill's share of orders: the buyer name plants it (see
 /// `shared/src/faults.rs`), or the sandbox's settle body does.
@@ -112,11 +135,19 @@ impl Scenario {
             Self::ReplayedCreate => "replayed_create",
             Self::CouponPaid => "coupon_paid",
             Self::CouponUnpaid => "coupon_unpaid",
+            Self::Cancelled => "cancelled",
+            Self::PointsPaid => "points_paid",
+            Self::PointsUnpaid => "points_unpaid",
+            Self::OverTheLimit => "over_the_limit",
         }
     }
 
     pub fn uses_coupon(self) -> bool {
         matches!(self, Self::CouponPaid | Self::CouponUnpaid)
+    }
+
+    pub fn uses_points(self) -> bool {
+        matches!(self, Self::PointsPaid | Self::PointsUnpaid)
     }
 }
 
@@ -170,10 +201,14 @@ impl Plan {
                 | Scenario::NotifiedTwice
                 | Scenario::NeverNotified
                 | Scenario::NotifiedLate
-                | Scenario::SecondAttempt,
+                | Scenario::SecondAttempt
+                | Scenario::PointsPaid,
             ) => Some((PAID, NONE)),
             Plan::Mix(
                 Scenario::NeverPaid
+                | Scenario::Cancelled
+                | Scenario::PointsUnpaid
+                | Scenario::OverTheLimit
                 | Scenario::CouponUnpaid
                 | Scenario::ForgedNotifications
                 | Scenario::PaymentAfterExpiry
@@ -203,6 +238,8 @@ pub struct OrderPlan {
     pub sku: String,
     pub qty: u32,
     pub coupon: Option<String>,
+    /// Points the order spends (0: none).
+    pub points: u32,
     pub idempotency_key: String,
 }
 
@@ -224,6 +261,9 @@ pub struct Driven {
     /// outcome succeeded (`true`: it must end PAID) or was refused by
     /// Stripe (`false`: CLOSED), neither with a refund.
     pub stripe_confirmed: Option<bool>,
+    /// The over-the-limit probe's one-unit create was refused by the
+    /// limit (the buyer's other open orders of the SKU held it): no order.
+    pub refused_by_cap: bool,
 }
 
 pub const PRICE: i64 = system_tests::PRICE;
@@ -232,6 +272,9 @@ pub fn order_body(p: &OrderPlan) -> String {
     let mut b = json!({"currency": "EUR", "items": [{"sku": p.sku, "qty": p.qty, "unit_price": PRICE}]});
     if let Some(c) = &p.coupon {
         b["coupon_id"] = json!(c);
+    }
+    if p.points > 0 {
+        b["points"] = json!(p.points);
     }
     b.to_string()
 }
@@ -390,7 +433,50 @@ impl Driver<'_> {
         }
     }
 
+    /// The over-the-limit probe's first ask: more units of the limited SKU
+    /// than its limit, which must be refused with nothing held. Then the
+    /// plan's own create (one unit) may be refused too, when the buyer's
+    /// other open orders of the SKU already hold the limit: `false` then,
+    /// and the plan has no order.
+    async fn over_the_limit(&mut self) -> bool {
+        let over = json!({"currency": "EUR", "items": [{"sku": self.plan.sku, "qty": PURCHASE_LIMIT + 1}]});
+        let key = format!("{}-over", self.plan.idempotency_key);
+        let r = self
+            .client
+            .buyer_retried(&self.plan.buyer, "POST", "/orders", &[("Idempotency-Key", &key)], Some(&over.to_string()))
+            .await;
+        match r {
+            Ok(r) if r.status == 409 && r.body["error"]["code"] == "purchase_limit_reached" => {}
+            Ok(r) => self.wrong(format!("{} units over a limit of {PURCHASE_LIMIT} answered {} {}", PURCHASE_LIMIT + 1, r.status, r.body)),
+            Err(e) => self.error(format!("create over the limit: {e}")),
+        }
+        let body = order_body(self.plan);
+        let key = self.plan.idempotency_key.clone();
+        match self.client.buyer_retried(&self.plan.buyer, "POST", "/orders", &[("Idempotency-Key", &key)], Some(&body)).await {
+            Ok(r) if r.status == 409 && r.body["error"]["code"] == "purchase_limit_reached" => {
+                self.out.refused_by_cap = true;
+                false
+            }
+            _ => true,
+        }
+    }
+
+    async fn cancel(&mut self, id: &str) {
+        let path = format!("/orders/{id}/cancel");
+        match self.client.buyer_retried(&self.plan.buyer, "POST", &path, &[], None).await {
+            Ok(r) if r.status == 200 && r.body["close_reason"] == "BUYER_CANCELLED" => {}
+            // Its close is waiting on the channel: nothing was paid, so it
+            // closes; the drain checks it.
+            Ok(r) if r.status == 202 => {}
+            Ok(r) => self.wrong(format!("a cancel of an unpaid order answered {} {}", r.status, r.body)),
+            Err(e) => self.error(format!("cancel: {e}")),
+        }
+    }
+
     async fn drive(&mut self, opts: &DriveOptions) {
+        if self.plan.plan == Plan::Mix(Scenario::OverTheLimit) && !self.over_the_limit().await {
+            return;
+        }
         let Some((id, expire_at, amount)) = self.create().await else { return };
         if let Some(stripe) = opts.stripe.as_deref() {
             if self.drive_stripe(stripe, opts, &id, expire_at, amount).await {
@@ -399,7 +485,10 @@ impl Driver<'_> {
         }
         let pay_key = format!("{}-pay1", self.plan.idempotency_key);
         match self.plan.plan {
-            Plan::Mix(Scenario::NeverPaid | Scenario::CouponUnpaid) => {}
+            Plan::Mix(
+                Scenario::NeverPaid | Scenario::CouponUnpaid | Scenario::PointsUnpaid | Scenario::OverTheLimit,
+            ) => {}
+            Plan::Mix(Scenario::Cancelled) => self.cancel(&id).await,
             Plan::Drill(Drilled::CrashCloser | Drilled::SchedulerDown | Drilled::SweepBacklog) => {}
             Plan::Drill(Drilled::ReleaseFails) => {}
             // Half the relay drill's orders are paid, so the paid path's
@@ -425,7 +514,9 @@ impl Driver<'_> {
                     }
                 }
             }
-            Plan::Mix(Scenario::PaidInTime | Scenario::CouponPaid) => self.pay_in_time(&id, amount, &pay_key).await,
+            Plan::Mix(Scenario::PaidInTime | Scenario::CouponPaid | Scenario::PointsPaid) => {
+                self.pay_in_time(&id, amount, &pay_key).await
+            }
             Plan::Mix(Scenario::SettledAtExpiry) => {
                 let Some(a) = self.start_payment(&id, amount, &pay_key).await else { return };
                 sleep_until(expire_at).await;

@@ -108,7 +108,7 @@ pub struct Verdict {
 
 /// Every invariant [`verify`] checks, for the summary's pass/fail table
 /// (an invariant with no violation passed).
-pub const INVARIANTS: [(&str, &str); 27] = [
+pub const INVARIANTS: [(&str, &str); 28] = [
     ("order_missing", "every accepted order exists"),
     ("not_final", "every order ends PAID or CLOSED (none open, none CLOSING)"),
     ("open_past_bound", "no order open (still, or before it became final) past expire_at + the sweep's bound"),
@@ -116,7 +116,13 @@ pub const INVARIANTS: [(&str, &str); 27] = [
     ("paid_without_success", "a PAID order's paying attempt SUCCEEDED at the channel with the order's amount"),
     (
         "holdings_match_order",
-        "each order holds one reservation per line with the line's quantity, and the lock of its coupon",
+        "each order holds one stock reservation per line with the line's quantity (and of its purchase limit, if \
+         limited), its points, and the lock of its coupon",
+    ),
+    (
+        "buyer_counter",
+        "each buyer counter holds what the run's orders hold of it: a purchase limit's held/bought (never past \
+         the limit), a points balance's held/spent (adding up to its audited credits), the open-order slots",
     ),
     ("released_on_paid", "no PAID order has a released reservation or a returned coupon"),
     ("confirmed_on_closed", "no CLOSED order has a confirmed reservation or a used coupon"),
@@ -184,6 +190,12 @@ pub struct Records {
     pub stocks: BTreeMap<String, Option<Value>>,
     /// Coupon → its row (None: missing).
     pub coupons: BTreeMap<String, Option<Value>>,
+    /// The buyer counters the run's orders hold something of, by
+    /// `(pk, sk)` (`BUYER#<user>`, `LIMIT#<sku>` / `POINTS` /
+    /// `OPEN_ORDERS`), with the points credits of each points balance
+    /// (`POINTS_CHANGE#…` rows). None: missing.
+    pub buyer_counters: BTreeMap<(String, String), Option<Value>>,
+    pub points_credits: BTreeMap<String, Vec<Value>>,
     /// Ledger rows whose `order_id` is an order of the run.
     pub ledger: Vec<Value>,
     /// The run's Stripe attempts as found at Stripe (their intents and
@@ -204,6 +216,8 @@ impl Default for Records {
             orders: BTreeMap::new(),
             stocks: BTreeMap::new(),
             coupons: BTreeMap::new(),
+            buyer_counters: BTreeMap::new(),
+            points_credits: BTreeMap::new(),
             ledger: Vec::new(),
             stripe: Vec::new(),
             dead_letters: Vec::new(),
@@ -287,7 +301,67 @@ async fn load(stack: &Stack, scope: &Scope) -> Result<Records, String> {
             }
         }
     }
-    Ok(Records { orders, stocks, coupons, ledger, ..Records::default() })
+    let (buyer_counters, points_credits) = load_buyer_counters(&db, &table, &orders).await?;
+    Ok(Records { orders, stocks, coupons, ledger, buyer_counters, points_credits, ..Records::default() })
+}
+
+/// A holding row's kind (absent: STOCK, as written before kinds) and key
+/// (absent: its `sku`, as written before keys).
+fn kind_and_key(res: &Value) -> (&str, &str) {
+    let kind = res["resource_type"].as_str().unwrap_or("STOCK");
+    let key = res["resource_key"].as_str().or_else(|| res["sku"].as_str()).unwrap_or_default();
+    (kind, key)
+}
+
+/// The buyer counter a holding of `kind` and `key` moves, as `(pk, sk)`.
+fn counter_of(kind: &str, key: &str) -> Option<(String, String)> {
+    match kind {
+        "PURCHASE_LIMIT" => key.split_once('#').map(|(u, sku)| (format!("BUYER#{u}"), format!("LIMIT#{sku}"))),
+        "POINTS" => Some((format!("BUYER#{key}"), "POINTS".to_owned())),
+        "OPEN_ORDERS" => Some((format!("BUYER#{key}"), "OPEN_ORDERS".to_owned())),
+        _ => None,
+    }
+}
+
+type BuyerRows = (BTreeMap<(String, String), Option<Value>>, BTreeMap<String, Vec<Value>>);
+
+async fn load_buyer_counters(
+    db: &aws_sdk_dynamodb::Client,
+    table: &str,
+    orders: &BTreeMap<String, OrderRecords>,
+) -> Result<BuyerRows, String> {
+    let keys: BTreeSet<(String, String)> = orders
+        .values()
+        .flat_map(|r| &r.reservations)
+        .filter_map(|res| {
+            let (kind, key) = kind_and_key(res);
+            counter_of(kind, key)
+        })
+        .collect();
+    let mut counters = BTreeMap::new();
+    let mut credits = BTreeMap::new();
+    for (pk, sk) in keys {
+        if sk == "POINTS" {
+            let mut pages = db
+                .query()
+                .table_name(table)
+                .key_condition_expression("pk = :pk AND begins_with(sk, :c)")
+                .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
+                .expression_attribute_values(":c", AttributeValue::S("POINTS_CHANGE#".into()))
+                .consistent_read(true)
+                .into_paginator()
+                .items()
+                .send();
+            let mut rows = Vec::new();
+            while let Some(item) = pages.next().await {
+                rows.push(to_json(item.map_err(|e| format!("reading the credits of {pk}: {e}"))?));
+            }
+            credits.insert(pk.clone(), rows);
+        }
+        let row = get(db, table, &pk, &sk).await?;
+        counters.insert((pk, sk), row);
+    }
+    Ok((counters, credits))
 }
 
 async fn order_records(db: &aws_sdk_dynamodb::Client, table: &str, id: &str) -> Result<OrderRecords, String> {
@@ -306,10 +380,11 @@ async fn order_records(db: &aws_sdk_dynamodb::Client, table: &str, id: &str) -> 
         let sk = row["sk"].as_str().unwrap_or_default().to_owned();
         if sk == "ORDER" {
             r.order = Some(row);
-        } else if sk.starts_with("RES#STOCK#") {
-            r.reservations.push(row);
         } else if sk.starts_with("RES#COUPON#") {
             r.coupon_locks.push(row);
+        } else if sk.starts_with("RES#") {
+            // Every kind of holding: stock, purchase limit, points, slot.
+            r.reservations.push(row);
         } else if sk.starts_with("PAY#") {
             r.payments.push(row);
         } else if sk.starts_with("REFUND#") {
@@ -414,13 +489,14 @@ pub fn check(records: &Records, scope: &Scope, now: OffsetDateTime) -> Verdict {
 
         // What the order holds, settled the way its outcome requires.
         for res in &r.reservations {
-            let sku = res["sku"].as_str().unwrap_or_default().to_owned();
+            let (kind, key) = kind_and_key(res);
+            let sku = format!("{kind} {key}");
             let qty = res["qty"].as_i64().unwrap_or(0);
             let rs = res["status"].as_str().unwrap_or("?");
             if !RESERVATION_STATUSES.contains(&rs) {
                 flag("holding_status_unknown", id, format!("reservation of {sku} has status {}", res["status"]));
             }
-            let e = held.entry(sku.clone()).or_default();
+            let e = held.entry(format!("{kind}#{key}")).or_default();
             match rs {
                 "RESERVED" => e.0 += qty,
                 "CONFIRMED" => e.1 += qty,
@@ -469,12 +545,30 @@ pub fn check(records: &Records, scope: &Scope, now: OffsetDateTime) -> Verdict {
                 line["qty"].as_i64().unwrap_or(-1);
         }
         let mut holds: BTreeMap<String, i64> = BTreeMap::new();
+        let mut limited: BTreeMap<String, i64> = BTreeMap::new();
+        let mut points = 0;
         for res in &r.reservations {
-            *holds.entry(res["sku"].as_str().unwrap_or("?").to_owned()).or_default() +=
-                res["qty"].as_i64().unwrap_or(-1);
+            let (kind, key) = kind_and_key(res);
+            let qty = res["qty"].as_i64().unwrap_or(-1);
+            match kind {
+                "STOCK" => *holds.entry(key.to_owned()).or_default() += qty,
+                "PURCHASE_LIMIT" => {
+                    *limited.entry(key.split_once('#').map_or(key, |(_, s)| s).to_owned()).or_default() += qty
+                }
+                "POINTS" => points += qty,
+                _ => {}
+            }
         }
         if lines.is_empty() || lines != holds {
             flag("holdings_match_order", id, format!("lines {lines:?}, reservations {holds:?}"));
+        }
+        // A purchase-limit holding is of a line, for the line's quantity;
+        // the points held are the order's.
+        if limited.iter().any(|(sku, q)| lines.get(sku) != Some(q)) {
+            flag("holdings_match_order", id, format!("lines {lines:?}, purchase-limit holdings {limited:?}"));
+        }
+        if points != order["points"].as_i64().unwrap_or(0) {
+            flag("holdings_match_order", id, format!("points {}, points held {points}", order["points"]));
         }
         let lock_of = r.coupon_locks.first().and_then(|l| l["coupon_id"].as_str());
         if order["coupon_id"].as_str() != lock_of {
@@ -613,7 +707,7 @@ pub fn check(records: &Records, scope: &Scope, now: OffsetDateTime) -> Verdict {
                 format!("available {available}, reserved {reserved}, sold {sold}"),
             );
         }
-        let (want_reserved, want_sold) = held.get(sku).copied().unwrap_or_default();
+        let (want_reserved, want_sold) = held.get(&format!("STOCK#{sku}")).copied().unwrap_or_default();
         if available + reserved + sold != *initial || reserved != want_reserved || sold != want_sold {
             flag(
                 "stock_conservation",
@@ -661,6 +755,7 @@ pub fn check(records: &Records, scope: &Scope, now: OffsetDateTime) -> Verdict {
         }
     }
 
+    check_buyer_counters(records, &held, &mut flag, &mut counts);
     check_dead_letters(records, scope, &mut flag, &mut counts);
     check_final_events(records, scope, &mut flag, &mut counts, &mut skipped);
     at_stripe::check(&records.orders, &records.stripe, &mut flag, &mut counts, &mut skipped);
@@ -670,6 +765,73 @@ pub fn check(records: &Records, scope: &Scope, now: OffsetDateTime) -> Verdict {
     v.skipped = skipped;
     v.violations = violations;
     v
+}
+
+/// The buyer counters against what the run's orders hold of them (`held`:
+/// RESERVED and CONFIRMED per `<kind>#<key>`): each counter holds exactly
+/// what its open orders hold and keeps what its paid ones took; a purchase
+/// limit is never passed; a points balance adds up to its credits.
+fn check_buyer_counters(
+    records: &Records,
+    held: &BTreeMap<String, (i64, i64)>,
+    flag: &mut impl FnMut(&'static str, &str, String),
+    counts: &mut BTreeMap<String, i64>,
+) {
+    let n = |row: &Value, attr: &str| row[attr].as_i64().unwrap_or(0);
+    for ((pk, sk), row) in &records.buyer_counters {
+        let subject = format!("{pk}/{sk}");
+        let Some(row) = row else {
+            flag("buyer_counter", &subject, "missing, but the run's orders hold something of it".into());
+            continue;
+        };
+        let user = pk.strip_prefix("BUYER#").unwrap_or_default();
+        let of = |kind: &str, key: &str| held.get(&format!("{kind}#{key}")).copied().unwrap_or_default();
+        let problem = if let Some(sku) = sk.strip_prefix("LIMIT#") {
+            let (reserved, confirmed) = of("PURCHASE_LIMIT", &format!("{user}#{sku}"));
+            let limit = records
+                .stocks
+                .get(sku)
+                .and_then(|s| s.as_ref())
+                .and_then(|s| s["purchase_limit"].as_i64())
+                .unwrap_or(i64::MAX);
+            *counts.entry("purchase_limit.bought".into()).or_default() += n(row, "bought");
+            let agrees = n(row, "held") == reserved
+                && n(row, "bought") == confirmed
+                && n(row, "used") == reserved + confirmed;
+            (!agrees || confirmed > limit).then(|| {
+                format!(
+                    "used {}, held {}, bought {} (limit {limit}); the orders hold {reserved} and bought {confirmed}",
+                    n(row, "used"),
+                    n(row, "held"),
+                    n(row, "bought")
+                )
+            })
+        } else if sk == "POINTS" {
+            let (reserved, confirmed) = of("POINTS", user);
+            let credited: i64 = records.points_credits.get(pk).into_iter().flatten().map(|c| n(c, "delta")).sum();
+            *counts.entry("points.spent".into()).or_default() += n(row, "spent");
+            let agrees = n(row, "held") == reserved
+                && n(row, "spent") == confirmed
+                && n(row, "credited") == credited
+                && n(row, "available") + n(row, "held") + n(row, "spent") == credited;
+            (!agrees).then(|| {
+                format!(
+                    "available {}, held {}, spent {}, credited {} (credits add up to {credited}); the orders hold \
+                     {reserved} and spent {confirmed}",
+                    n(row, "available"),
+                    n(row, "held"),
+                    n(row, "spent"),
+                    n(row, "credited")
+                )
+            })
+        } else {
+            let (reserved, _) = of("OPEN_ORDERS", user);
+            (n(row, "open") != reserved).then(|| format!("open {}, the orders hold {reserved} slots", n(row, "open")))
+        };
+        if let Some(detail) = problem {
+            flag("buyer_counter", &subject, detail);
+        }
+    }
 }
 
 /// The statuses a reservation row can have (`ReservationStatus`,
@@ -1642,5 +1804,56 @@ mod tests {
             body: json!({"order_id": "never", "trigger": "OrderClosed"}).to_string(),
         });
         assert_eq!(broken(&r, &scope), ["dead_letter"]);
+    }
+
+    /// `clean()` with the paid order also holding its unit of A's purchase
+    /// limit, 300 points and an open-order slot, and the counters to match.
+    fn clean_with_every_holding() -> (Records, Scope) {
+        let (mut r, scope) = clean();
+        let paid = r.orders.get_mut("paid").unwrap();
+        paid.order.as_mut().unwrap()["points"] = json!(300);
+        paid.reservations.extend([
+            json!({"resource_type": "PURCHASE_LIMIT", "resource_key": "u1#A", "qty": 2, "status": "CONFIRMED"}),
+            json!({"resource_type": "POINTS", "resource_key": "u1", "qty": 300, "status": "CONFIRMED"}),
+            json!({"resource_type": "OPEN_ORDERS", "resource_key": "u1", "qty": 1, "status": "CONFIRMED"}),
+        ]);
+        r.stocks.get_mut("A").unwrap().as_mut().unwrap()["purchase_limit"] = json!(2);
+        let key = |sk: &str| ("BUYER#u1".to_owned(), sk.to_owned());
+        r.buyer_counters.insert(key("LIMIT#A"), Some(json!({"used": 2, "held": 0, "bought": 2})));
+        r.buyer_counters.insert(
+            key("POINTS"),
+            Some(json!({"available": 700, "held": 0, "spent": 300, "credited": 1000})),
+        );
+        r.buyer_counters.insert(key("OPEN_ORDERS"), Some(json!({"open": 0})));
+        r.points_credits.insert("BUYER#u1".into(), vec![json!({"delta": 1000})]);
+        (r, scope)
+    }
+
+    #[test]
+    fn holdings_of_every_kind_that_agree_with_their_counters_break_nothing() {
+        let (r, scope) = clean_with_every_holding();
+        assert!(broken(&r, &scope).is_empty(), "{:?}", check(&r, &scope, now()).violations);
+    }
+
+    #[test]
+    fn a_buyer_counter_that_disagrees_with_the_orders_is_caught() {
+        let plant = |sk: &str, attr: &str, v: i64| {
+            let (mut r, scope) = clean_with_every_holding();
+            r.buyer_counters.get_mut(&("BUYER#u1".to_owned(), sk.to_owned())).unwrap().as_mut().unwrap()[attr] =
+                json!(v);
+            broken(&r, &scope)
+        };
+        assert_eq!(plant("LIMIT#A", "held", 1), ["buyer_counter"]);
+        assert_eq!(plant("POINTS", "held", 5), ["buyer_counter"]);
+        assert_eq!(plant("POINTS", "credited", 1100), ["buyer_counter"]);
+        assert_eq!(plant("OPEN_ORDERS", "open", 1), ["buyer_counter"]);
+        // Bought past the limit, every count agreeing.
+        let (mut r, scope) = clean_with_every_holding();
+        r.stocks.get_mut("A").unwrap().as_mut().unwrap()["purchase_limit"] = json!(1);
+        assert_eq!(broken(&r, &scope), ["buyer_counter"]);
+        // A points holding that is not the order's points.
+        let (mut r, scope) = clean_with_every_holding();
+        r.orders.get_mut("paid").unwrap().order.as_mut().unwrap()["points"] = json!(200);
+        assert_eq!(broken(&r, &scope), ["holdings_match_order"]);
     }
 }

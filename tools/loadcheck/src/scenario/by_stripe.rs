@@ -48,7 +48,10 @@ impl Driver<'_> {
         let key = format!("{}-pay1", self.plan.idempotency_key);
         let index = self.plan.index;
         match self.plan.plan {
-            Plan::Mix(Scenario::ReplayedCreate) => return false,
+            // What needs no payment is driven as with the sandbox.
+            Plan::Mix(
+                Scenario::ReplayedCreate | Scenario::Cancelled | Scenario::PointsUnpaid | Scenario::OverTheLimit,
+            ) => return false,
             Plan::Mix(Scenario::NeverPaid) if index % 2 == 0 => return false,
             Plan::Mix(Scenario::NeverPaid) => self.leave_unpaid(s, id, amount, &key, Left::Declined).await,
             Plan::Mix(Scenario::CouponUnpaid) => self.leave_unpaid(s, id, amount, &key, Left::CardSet).await,
@@ -60,7 +63,8 @@ impl Driver<'_> {
             Plan::Drill(Drilled::RelayFails) if index % 2 == 1 => {
                 self.leave_unpaid(s, id, amount, &key, Left::Untouched).await
             }
-            Plan::Drill(Drilled::RelayFails) | Plan::Mix(Scenario::PaidInTime | Scenario::CouponPaid) => {
+            Plan::Drill(Drilled::RelayFails)
+            | Plan::Mix(Scenario::PaidInTime | Scenario::CouponPaid | Scenario::PointsPaid) => {
                 self.pay_in_time_stripe(s, id, amount, &key, expire_at).await;
             }
             Plan::Mix(Scenario::SettledAtExpiry) => self.confirm_at(s, id, amount, &key, expire_at).await,
