@@ -172,6 +172,16 @@ pub trait OrderStore: Send + Sync {
         claim: &IdempotencyClaim,
     ) -> Result<CreateResult, Unavailable>;
 
+    /// The expiry rules in force (the latest published version), read
+    /// strongly consistent so that a create right after a publication
+    /// uses it; `None` when none was ever published (a store without rules
+    /// has none).
+    async fn current_expiry_rules(
+        &self,
+    ) -> Result<Option<crate::domain::expiry_rules::ExpiryRuleSet>, Unavailable> {
+        Ok(None)
+    }
+
     /// What the idempotency key of `user_id` was used for, if it was.
     /// Read only to answer a retry that is refused before its transaction.
     async fn claimed_order(&self, user_id: &UserId, key: &IdempotencyKey) -> Result<Option<ClaimedOrder>, Unavailable>;
@@ -572,6 +582,23 @@ pub enum StockWritten {
     /// The SKU no longer allows the change as planned: the SKU as it is
     /// now (`None`: it does not exist), to plan it again from.
     Moved(Option<Stock>),
+}
+
+/// The published versions of the expiry rules
+/// ([`crate::domain::expiry_rules`]).
+#[async_trait]
+pub trait ExpiryRuleStore: Send + Sync {
+    /// Publishes `set` as its version, only if the version in force is
+    /// still the one before it (none for version 1): `Rejected` when
+    /// another publication came first. The version's record and the
+    /// pointer to it are written in one transaction; neither is ever
+    /// changed after.
+    async fn publish_expiry_rules(&self, set: &crate::domain::expiry_rules::ExpiryRuleSet) -> Result<Cas, Unavailable>;
+    /// A published version, whether in force or not.
+    async fn expiry_rules_version(
+        &self,
+        version: u64,
+    ) -> Result<Option<crate::domain::expiry_rules::ExpiryRuleSet>, Unavailable>;
 }
 
 /// What became of an operator's points credit ([`PointsLedger::credit_points`]).

@@ -555,6 +555,15 @@ async fn e2e_every_request_example_gets_its_documented_answer() {
     s.send("createOrder", Some("over_the_limit")).await;
 
     s.send("adminPutSku", Some("reprice")).await;
+    s.send("adminPutSku", Some("classify")).await;
+
+    // Last: the rules apply to new orders of the example SKU only, and
+    // this scenario makes no more orders.
+    s.send("adminPublishExpiryRules", Some("unknown_target")).await;
+    let published = s.send("adminPublishExpiryRules", Some("per_sku")).await;
+    s.send("adminGetExpiryRules", None).await;
+    s.send("adminGetExpiryRulesVersion", None).await;
+    assert!(published.body["version"].as_u64().is_some_and(|v| v >= 1), "{published:?}");
 
     let missing: Vec<_> = request_examples(&s.doc).difference(&s.sent).cloned().collect();
     assert!(missing.is_empty(), "request examples this scenario does not send (add them to it): {missing:?}");

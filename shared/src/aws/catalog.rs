@@ -11,7 +11,9 @@ use crate::domain::*;
 use crate::ports::Unavailable;
 use crate::store::{StockLedger, StockWritten};
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{
+    AttributeValue as Av, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+};
 
 /// The update of the SKU's record for `change`, with its condition.
 /// `supplied` and `changes` move by the change's delta and by one, added
@@ -97,13 +99,29 @@ fn stock_update(store: &DynamoStore, c: &StockChangeRecord) -> Update {
             .expression_attribute_values(":price", n(price.amount))
             .expression_attribute_values(":currency", s(price.currency.as_str()));
     }
-    let mut remove = "";
+    let mut remove: Vec<&str> = Vec::new();
     match c.purchase_limit {
-        Some(0) => remove = " REMOVE purchase_limit",
+        Some(0) => remove.push("purchase_limit"),
         Some(limit) => {
             set.push("purchase_limit = :limit");
             u = u.expression_attribute_values(":limit", n(limit));
         }
+        None => {}
+    }
+    match &c.category {
+        Some(Some(category)) => {
+            set.push("category = :category");
+            u = u.expression_attribute_values(":category", s(category.as_str()));
+        }
+        Some(None) => remove.push("category"),
+        None => {}
+    }
+    match &c.tags {
+        Some(tags) if !tags.is_empty() => {
+            set.push("tags = :tags");
+            u = u.expression_attribute_values(":tags", Av::L(tags.iter().map(|t| s(t.as_str())).collect()));
+        }
+        Some(_) => remove.push("tags"),
         None => {}
     }
     let mut expr = String::new();
@@ -113,7 +131,9 @@ fn stock_update(store: &DynamoStore, c: &StockChangeRecord) -> Update {
     if !add.is_empty() {
         expr.push_str(&format!(" ADD {}", add.join(", ")));
     }
-    expr.push_str(remove);
+    if !remove.is_empty() {
+        expr.push_str(&format!(" REMOVE {}", remove.join(", ")));
+    }
     u.update_expression(expr.trim()).condition_expression(conditions.join(" AND ")).build().expect("complete update")
 }
 

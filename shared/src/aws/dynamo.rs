@@ -732,6 +732,12 @@ impl OrderStore for DynamoStore {
         }
     }
 
+    async fn current_expiry_rules(
+        &self,
+    ) -> Result<Option<crate::domain::expiry_rules::ExpiryRuleSet>, Unavailable> {
+        self.read_expiry_rules(super::expiry_rules::CURRENT_SK).await
+    }
+
     async fn claimed_order(&self, user_id: &UserId, key: &IdempotencyKey) -> Result<Option<ClaimedOrder>, Unavailable> {
         let Some(item) = self.get(keys::idempotency(user_id, key), keys::IDEM_SK, "idempotency key").await? else {
             return Ok(None);

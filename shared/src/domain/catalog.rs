@@ -38,6 +38,10 @@ pub enum StockChange {
     /// open and paid orders together (0 lifts the limit). Orders already
     /// placed keep what they hold.
     Limit(u32),
+    /// `{"category": C, "tags": [T, …]}`: what expiry rules may match of
+    /// the SKU besides its id (either may be sent alone; `null` or `[]`
+    /// clears it). Orders already placed keep their window.
+    Classify { category: Option<Option<super::expiry_rules::Label>>, tags: Option<Vec<super::expiry_rules::Label>> },
 }
 
 impl StockChange {
@@ -50,6 +54,7 @@ impl StockChange {
             Self::Adjust(d) => format!("adjust {d}"),
             Self::Reprice(price) => format!("price {price}"),
             Self::Limit(n) => format!("purchase_limit {n}"),
+            Self::Classify { category, tags } => format!("classify category={category:?} tags={tags:?}"),
         }
     }
 }
@@ -62,6 +67,7 @@ pub enum StockChangeKind {
     Adjust,
     Reprice,
     Limit,
+    Classify,
 }
 
 /// One applied operator change of a SKU (`SKU#<sku>` / `CHANGE#<key>`).
@@ -92,6 +98,11 @@ pub struct StockChangeRecord {
     /// The purchase limit a limit change set (0: lifted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub purchase_limit: Option<u32>,
+    /// A classify change's new category (`Some(None)`: cleared) and tags.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<Option<super::expiry_rules::Label>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Vec<super::expiry_rules::Label>>,
     /// The caller (the IAM identity of the admin route).
     pub by: String,
     pub at: Timestamp,
@@ -143,6 +154,8 @@ pub fn plan(
         available_after: None,
         price: None,
         purchase_limit: None,
+        category: None,
+        tags: None,
         by: req.by.clone(),
         at: req.at,
         request: change.canonical(),
@@ -178,6 +191,11 @@ pub fn plan(
             StockChangeRecord { price: Some(price.clone()), ..record(StockChangeKind::Reprice, 0) }
         }
         StockChange::Limit(n) => StockChangeRecord { purchase_limit: Some(*n), ..record(StockChangeKind::Limit, 0) },
+        StockChange::Classify { category, tags } => StockChangeRecord {
+            category: category.clone(),
+            tags: tags.clone(),
+            ..record(StockChangeKind::Classify, 0)
+        },
     };
     // A SKU seeded before changes were recorded starts its history here.
     let baseline = (s.changes == 0).then(|| supplied(s));
@@ -253,6 +271,8 @@ mod tests {
             supplied: available + reserved + sold,
             changes,
             purchase_limit: None,
+            category: None,
+            tags: vec![],
         }
     }
 

@@ -196,6 +196,13 @@ pub struct Stock {
     /// `None`: no limit. Set by an operator's audited change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub purchase_limit: Option<u32>,
+    /// What expiry rules may match besides the SKU itself
+    /// ([`super::expiry_rules`]): its category and campaign tags, set by an
+    /// operator's audited `classify` change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<super::expiry_rules::Label>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<super::expiry_rules::Label>,
 }
 
 impl Stock {

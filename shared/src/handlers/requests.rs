@@ -398,11 +398,38 @@ where
     Ok(views::force_check(&checked))
 }
 
+/// `{"category": C | null, "tags": [T, …]}` (either alone; sent without
+/// the other fields): what expiry rules may match of a SKU.
+fn classify(obj: &serde_json::Map<String, Value>) -> Result<StockChange, ApiError> {
+    use crate::domain::expiry_rules::Label;
+    if let Some(k) = obj.keys().find(|k| !["category", "tags"].contains(&k.as_str())) {
+        return Err(ApiError::invalid(format!("category and tags are changed on their own, without {k}")));
+    }
+    let label = |v: &Value, what: &str| -> Result<Label, ApiError> {
+        let s = v.as_str().ok_or_else(|| ApiError::invalid(format!("{what} must be a string")))?;
+        Label::parse(s).map_err(|e| ApiError::invalid(format!("{what}: {}", e.0)))
+    };
+    let category = match obj.get("category") {
+        None => None,
+        Some(Value::Null) => Some(None),
+        Some(v) => Some(Some(label(v, "category")?)),
+    };
+    let tags = match obj.get("tags") {
+        None => None,
+        Some(Value::Array(a)) if a.len() <= 20 => {
+            let tags = a.iter().enumerate().map(|(i, t)| label(t, &format!("tags[{i}]"))).collect::<Result<Vec<_>, _>>()?;
+            Some(tags)
+        }
+        Some(_) => return Err(ApiError::invalid("tags must be an array of at most 20 labels")),
+    };
+    Ok(StockChange::Classify { category, tags })
+}
+
 // The wire form of a stock change, as for the create request above.
 impl StockChange {
     pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
         let obj = json_object(body)?;
-        let known = ["available", "if_available", "adjust", "price", "currency", "purchase_limit"];
+        let known = ["available", "if_available", "adjust", "price", "currency", "purchase_limit", "category", "tags"];
         if let Some(k) = obj.keys().find(|k| !known.contains(&k.as_str())) {
             return Err(ApiError::invalid(format!("{k} is not a known field")));
         }
@@ -418,6 +445,9 @@ impl StockChange {
         let expected = int("if_available", 0..=MAX_STOCK)?;
         let adjust = int("adjust", -MAX_STOCK..=MAX_STOCK)?;
         let amount = int("price", 0..=money::MAX_AMOUNT)?;
+        if obj.contains_key("category") || obj.contains_key("tags") {
+            return classify(&obj);
+        }
         if obj.contains_key("purchase_limit") {
             let limit = int("purchase_limit", 0..=MAX_QTY as i64)?.ok_or_else(|| {
                 ApiError::invalid(format!("purchase_limit must be an integer from 0 (no limit) to {MAX_QTY}"))
@@ -525,6 +555,77 @@ pub async fn credit_points<S: crate::store::PointsLedger>(
 pub async fn get_points<S: crate::store::PointsLedger>(store: &S, user: &str) -> Result<Value, ApiError> {
     let user_id = UserId::parse(user).map_err(|_| ApiError::not_found(format!("buyer {user}")))?;
     Ok(views::points(&crate::usecases::points::points_view(store, &user_id).await?))
+}
+
+/// PUT /admin/expiry-rules: `{"if_version"?: N, "default_seconds"?: S,
+/// "rules": [{"sku" | "category" | "tag": X, "window_seconds": S}, …]}`.
+pub async fn publish_expiry_rules<S: OrderStore + crate::store::ExpiryRuleStore>(
+    store: &S,
+    clock: &dyn Clock,
+    by: String,
+    body: &[u8],
+) -> Result<Value, ApiError> {
+    let obj = json_object(body)?;
+    reject_unknown(&obj, &["if_version", "default_seconds", "rules"], "")?;
+    let whole = |name: &str| -> Result<Option<u64>, ApiError> {
+        match obj.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| ApiError::invalid(format!("{name} must be a whole number"))),
+        }
+    };
+    let (if_version, default_seconds) = (whole("if_version")?, whole("default_seconds")?);
+    let raw = obj.get("rules").and_then(Value::as_array).ok_or_else(|| {
+        ApiError::invalid("rules is required: an array of {\"sku\" | \"category\" | \"tag\": …, \"window_seconds\": N}")
+    })?;
+    let rules = raw.iter().enumerate().map(|(i, r)| expiry_rule(i, r)).collect::<Result<Vec<_>, _>>()?;
+    let req = crate::usecases::expiry_rules::PublishRequest { if_version, default_seconds, rules, by };
+    Ok(views::expiry_rules(&crate::usecases::expiry_rules::publish(store, clock, req).await?))
+}
+
+/// One rule: exactly one target (`sku`, `category` or `tag`) and its window.
+fn expiry_rule(i: usize, raw: &Value) -> Result<crate::domain::expiry_rules::ExpiryRule, ApiError> {
+    use crate::domain::expiry_rules::{ExpiryRule, Label, RuleTarget};
+    let at = format!("rules[{i}]");
+    let obj = raw.as_object().ok_or_else(|| ApiError::invalid(format!("{at} must be an object")))?;
+    if let Some(k) = obj.keys().find(|k| !["sku", "category", "tag", "window_seconds"].contains(&k.as_str())) {
+        return Err(ApiError::invalid(format!(
+            "{at}: {k} is not a known field; a rule applies to one sku, category or tag"
+        )));
+    }
+    let text = |k: &str| obj.get(k).map(|v| v.as_str().ok_or_else(|| ApiError::invalid(format!("{at}.{k} must be a string"))));
+    let label = |k: &str, s: &str| Label::parse(s).map_err(|e| ApiError::invalid(format!("{at}.{k}: {}", e.0)));
+    let targets: Vec<RuleTarget> = [
+        text("sku").map(|s| s.and_then(|s| Sku::parse(s).map_err(|e| ApiError::invalid(format!("{at}.sku: {}", e.0))).map(RuleTarget::Sku))),
+        text("category").map(|s| s.and_then(|s| label("category", s).map(RuleTarget::Category))),
+        text("tag").map(|s| s.and_then(|s| label("tag", s).map(RuleTarget::Tag))),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Result<_, _>>()?;
+    let [applies_to] = <[RuleTarget; 1]>::try_from(targets).map_err(|_| {
+        ApiError::invalid(format!("{at} must name exactly one of sku, category or tag"))
+    })?;
+    let window_seconds = obj
+        .get("window_seconds")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| ApiError::invalid(format!("{at}.window_seconds is required: whole seconds")))?;
+    Ok(ExpiryRule { applies_to, window_seconds })
+}
+
+/// GET /admin/expiry-rules (the version in force) and
+/// GET /admin/expiry-rules/{version}.
+pub async fn get_expiry_rules<S: OrderStore + crate::store::ExpiryRuleStore>(
+    store: &S,
+    version: Option<&str>,
+) -> Result<Value, ApiError> {
+    let set = match version {
+        None => crate::usecases::expiry_rules::current(store).await?,
+        Some(v) => {
+            let n = v.parse::<u64>().map_err(|_| ApiError::not_found(format!("expiry rules version {v}")))?;
+            crate::usecases::expiry_rules::version(store, n).await?
+        }
+    };
+    Ok(views::expiry_rules(&set))
 }
 
 /// GET /admin/skus/{sku}; an id that cannot exist is simply not found.
@@ -666,6 +767,8 @@ mod tests {
             supplied: 10,
             changes: 1,
             purchase_limit: None,
+            category: None,
+            tags: vec![],
         }
     }
 

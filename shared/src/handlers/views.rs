@@ -26,6 +26,7 @@ pub fn order_view(r: &OrderRecord) -> Value {
         "status": o.status,
         "created_at": o.created_at,
         "expire_at": o.expire_at,
+        "expiry_rule_version": o.expiry_rule_version,
         "amount_total": o.amount_total,
         "currency": o.currency,
         "items": items,
@@ -122,6 +123,12 @@ pub fn stock(s: &Stock) -> Value {
     if let Some(limit) = s.purchase_limit {
         v["purchase_limit"] = json!(limit);
     }
+    if let Some(category) = &s.category {
+        v["category"] = json!(category);
+    }
+    if !s.tags.is_empty() {
+        v["tags"] = json!(s.tags);
+    }
     v
 }
 
@@ -168,6 +175,28 @@ pub fn holding_view(r: &Reservation, since: Option<&Timestamp>) -> Value {
         v["since"] = json!(since);
     }
     v
+}
+
+/// A published version of the expiry rules.
+pub fn expiry_rules(set: &crate::domain::expiry_rules::ExpiryRuleSet) -> Value {
+    use crate::domain::expiry_rules::RuleTarget;
+    let rules: Vec<Value> = set
+        .rules
+        .iter()
+        .map(|r| match &r.applies_to {
+            RuleTarget::Sku(s) => json!({"sku": s, "window_seconds": r.window_seconds}),
+            RuleTarget::Category(c) => json!({"category": c, "window_seconds": r.window_seconds}),
+            RuleTarget::Tag(t) => json!({"tag": t, "window_seconds": r.window_seconds}),
+        })
+        .collect();
+    json!({
+        "version": set.version,
+        "expiry_rule_version": set.version_name(),
+        "default_seconds": set.default_seconds,
+        "rules": rules,
+        "published_at": set.published_at,
+        "published_by": set.published_by,
+    })
 }
 
 /// A buyer's points balance.
@@ -254,6 +283,7 @@ pub fn force_check(c: &ForceCheck) -> Value {
 pub fn created_order(o: &Order) -> Value {
     let mut v = json!({
         "order_id": o.order_id, "status": o.status, "expire_at": o.expire_at,
+        "expiry_rule_version": o.expiry_rule_version,
         "amount_total": o.amount_total, "currency": o.currency, "items": o.items,
     });
     if o.points > 0 {

@@ -237,6 +237,7 @@ impl<S: OrderStore> CreateOrder<S> {
             Err(refusal) => return self.refuse_unless_claimed(&claim, refusal).await,
         };
         let now = self.clock.now();
+        let (window, expiry_rule_version) = self.window_of(&items, &catalog).await?;
         let order = Order {
             order_id: OrderId::parse(self.ids.new_id("ord", now)).expect("generated ids are valid"),
             user_id: req.user_id.clone(),
@@ -248,8 +249,8 @@ impl<S: OrderStore> CreateOrder<S> {
             items,
             coupon_id: req.coupon_id.clone(),
             created_at: now,
-            expire_at: now.plus(self.window),
-            expiry_rule_version: self.expiry_rule_version.clone(),
+            expire_at: now.plus(window),
+            expiry_rule_version,
             cancel_requested_at: None,
             payment_attempts: 0,
             closing: None,
@@ -294,6 +295,29 @@ impl<S: OrderStore> CreateOrder<S> {
                 format!("the buyer already has {cap} open orders, the most allowed; pay or cancel one first"),
             )),
         }
+    }
+
+    /// The order's payment window and the rule version that gave it: the
+    /// expiry rules in force, matched against the lines' SKUs and the
+    /// catalog's categories and tags of them (`domain::expiry_rules`); the
+    /// stack's window and version when no rules were ever published.
+    async fn window_of(&self, items: &[OrderLine], catalog: &[Stock]) -> Result<(Duration, String), Unavailable> {
+        use crate::domain::expiry_rules::{window_for, LineFacts};
+        let Some(rules) = self.store.current_expiry_rules().await? else {
+            return Ok((self.window, self.expiry_rule_version.clone()));
+        };
+        let facts: Vec<LineFacts<'_>> = items
+            .iter()
+            .map(|l| {
+                let stock = catalog.iter().find(|s| s.sku == l.sku);
+                LineFacts {
+                    sku: &l.sku,
+                    category: stock.and_then(|s| s.category.as_ref()),
+                    tags: stock.map_or(&[], |s| s.tags.as_slice()),
+                }
+            })
+            .collect();
+        Ok((window_for(Some(&rules), &facts, self.window), rules.version_name()))
     }
 
     /// The answer to a key used before: the order as it is now, or a
