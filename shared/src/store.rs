@@ -78,6 +78,13 @@ pub enum CreateResult {
     },
     /// The buyer's points balance is below the order's points.
     NotEnoughPoints,
+    /// The buyer's points are kept in `currency`, not the order's.
+    PointsCurrencyMismatch {
+        currency: Currency,
+    },
+    /// The SKU's purchase limit changed after the catalog read (the
+    /// order would be checked against a limit no longer in force).
+    PurchaseLimitChanged(Sku),
     /// The buyer already has `cap` open orders.
     OpenOrderCapReached {
         cap: u32,
@@ -610,6 +617,8 @@ pub enum PointsWritten {
     KeyUsed(crate::domain::points::PointsCredit),
     /// A debit larger than the available points (`available` as found).
     Insufficient { available: i64 },
+    /// The balance is kept in another currency (the one found).
+    CurrencyMismatch { currency: Currency },
 }
 
 /// Operators' credits of buyers' points, each written with its audit

@@ -83,6 +83,7 @@ impl World {
             .unwrap();
         let credit = order_core::usecases::points::CreditRequest {
             user_id: UserId::parse("u1").unwrap(),
+            currency: Currency::parse("EUR").unwrap(),
             key: IdempotencyKey::parse("credit").unwrap(),
             delta: 1000,
             reason: "bench".into(),

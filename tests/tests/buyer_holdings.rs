@@ -69,6 +69,7 @@ impl World {
     async fn credit(&self, delta: i64, key: &str) -> Result<(order_core::domain::points::PointsBalance, bool), ApiError> {
         let req = CreditRequest {
             user_id: UserId::parse(BUYER).unwrap(),
+            currency: Currency::parse("EUR").unwrap(),
             key: IdempotencyKey::parse(key).unwrap(),
             delta,
             reason: "welcome bonus".into(),
@@ -292,4 +293,30 @@ async fn a_credit_is_applied_once_per_key_and_a_debit_never_takes_held_points() 
     assert_eq!(w.credit(-200, "debit-1").await.unwrap_err().code(), "not_enough_points");
     let (after, _) = w.credit(-100, "debit-2").await.unwrap();
     assert_eq!((after.available, after.held, after.credited, after.changes), (0, 300, 300, 2));
+}
+
+#[tokio::test]
+async fn points_are_worth_minor_units_of_their_balances_currency_only() {
+    let w = World::new().await;
+    let usd = Price { amount: 1000, currency: Currency::parse("USD").unwrap() };
+    system_tests::fixtures::seed_stock(&w.store, &sku_("U"), 10, &usd).await.unwrap();
+    w.credit(500, "eur-credit").await.unwrap();
+    // An order in USD cannot spend points kept in EUR; nothing is held.
+    let body = json!({"user_id": BUYER, "currency": "USD", "items": [{"sku": "U", "qty": 1}], "points": 100});
+    assert_eq!(code(w.create(None, body).await), "points_currency_mismatch");
+    assert_eq!(w.balance().await.available, 500);
+    assert_eq!(w.store.stock(&sku_("U")).await.unwrap().unwrap().reserved, 0);
+    // Nor is a credit in another currency added to the balance.
+    let req = CreditRequest {
+        user_id: UserId::parse(BUYER).unwrap(),
+        currency: Currency::parse("USD").unwrap(),
+        key: IdempotencyKey::parse("usd-credit").unwrap(),
+        delta: 100,
+        reason: "wrong currency".into(),
+        by: "ops".into(),
+    };
+    let refused = credit_points(&w.store, &w.clock, req).await.map_err(ApiError::from).unwrap_err();
+    assert_eq!(refused.code(), "points_currency_mismatch");
+    let b = w.balance().await;
+    assert_eq!((b.currency.as_ref().map(Currency::as_str), b.credited), (Some("EUR"), 500));
 }

@@ -22,7 +22,7 @@ fn open_order_cap() -> usize {
 async fn credit(api: &Api, buyer: &str, points: i64) -> Reply {
     let user = api.user_id(buyer).await;
     let key = unique("credit");
-    let body = json!({"credit": points, "reason": "e2e"}).to_string();
+    let body = json!({"currency": "EUR", "credit": points, "reason": "e2e"}).to_string();
     api.send("POST", &format!("/admin/buyers/{user}/points"), &[("Idempotency-Key", &key)], Some(&body), true).await
 }
 

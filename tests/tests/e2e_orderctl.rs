@@ -308,7 +308,7 @@ async fn e2e_orderctl_points_shows_the_balance_its_credits_and_the_open_order_ho
     let api = Api::new();
     let buyer = unique("ctl-points");
     let user = api.user_id(&buyer).await;
-    let body = json!({"credit": 800, "reason": "goodwill"}).to_string();
+    let body = json!({"currency": "EUR", "credit": 800, "reason": "goodwill"}).to_string();
     let path = format!("/admin/buyers/{user}/points");
     let r = api.send("POST", &path, &[("Idempotency-Key", &unique("c"))], Some(&body), true).await;
     assert_eq!(r.status, 200, "{r:?}");

@@ -246,6 +246,7 @@ async fn plant_catalog_kinds(w: &World) {
     let user = UserId::parse("points-planted").unwrap();
     let req = order_core::usecases::points::CreditRequest {
         user_id: user.clone(),
+        currency: Currency::parse("EUR").unwrap(),
         key: IdempotencyKey::parse("planted").unwrap(),
         delta: 100,
         reason: "test".into(),
@@ -713,6 +714,7 @@ async fn an_order_placed_while_a_day_run_is_in_flight_is_not_a_stock_mismatch() 
 async fn order_with_points(w: &World, user: &str, points: i64, spend: u32, at: Timestamp) -> Order {
     let req = order_core::usecases::points::CreditRequest {
         user_id: UserId::parse(user).unwrap(),
+        currency: Currency::parse("EUR").unwrap(),
         key: IdempotencyKey::parse(format!("credit-{}", rand::random::<u32>())).unwrap(),
         delta: points,
         reason: "test".into(),

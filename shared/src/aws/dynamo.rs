@@ -562,12 +562,6 @@ impl DynamoStore {
     }
 }
 
-/// The catalog price on a stock item, if it has one.
-fn catalog_price_of(item: &Item) -> Option<Price> {
-    let amount = item.get("price")?.as_n().ok()?.parse().ok()?;
-    let currency = Currency::parse(status_of(item, "currency")?).ok()?;
-    Some(Price { amount, currency })
-}
 
 pub(crate) fn status_of(item: &Item, attr: &str) -> Option<String> {
     item.get(attr).and_then(|v| v.as_s().ok()).cloned()
@@ -628,14 +622,14 @@ impl OrderStore for DynamoStore {
         let mut stock_index = Vec::new();
         for line in &order.items {
             stock_index.push((items.len(), line));
-            items.push(TransactWriteItem::builder().update(self.take_stock(order, line)).build());
+            items.push(TransactWriteItem::builder().update(self.take_stock(order, line, caps)).build());
         }
         // The buyer's counters (purchase limits, points, the open-order
         // slot), each with the refusal its condition means.
         let mut buyer_index = Vec::new();
         let holdings = caps.holdings(order);
         for r in &holdings {
-            if let Some((update, refused)) = holdings::take(&self.table, r, caps) {
+            if let Some((update, refused)) = holdings::take(&self.table, r, caps, &order.currency) {
                 buyer_index.push((items.len(), refused));
                 items.push(TransactWriteItem::builder().update(update).build());
             }
@@ -689,45 +683,8 @@ impl OrderStore for DynamoStore {
         match self.transact_items(items, "create order transaction").await? {
             Ok(()) => Ok(CreateResult::Created),
             Err(failed) => {
-                if let Some(Some(old)) = failed.first() {
-                    let order_id = status_of(old, "order_id")
-                        .and_then(|o| OrderId::parse(o).ok())
-                        .ok_or_else(|| Unavailable::new("idempotency record", "record without order_id"))?;
-                    let same_request = status_of(old, "request_hash").as_deref() == Some(claim.request_hash.as_str());
-                    return Ok(CreateResult::Replay { order_id, same_request });
-                }
-                if let Some((i, line)) = stock_index.iter().find(|(i, _)| matches!(failed.get(*i), Some(Some(_)))) {
-                    let sku = &line.sku;
-                    // The stock item as the transaction saw it. An empty
-                    // one means it does not exist, or an engine that does
-                    // not return old items of a transaction: a read
-                    // (which changes nothing) tells them apart.
-                    let now = match failed.get(*i) {
-                        Some(Some(old)) if !old.is_empty() => Some(catalog_price_of(old)),
-                        _ => self.stock(sku).await?.map(|s| s.catalog_price()),
-                    };
-                    let line_price = Price { amount: line.unit_price, currency: order.currency.clone() };
-                    return Ok(match now {
-                        None => CreateResult::OutOfStock(sku.clone()),
-                        Some(now) if now.as_ref() != Some(&line_price) => {
-                            CreateResult::PriceChanged { sku: sku.clone(), now }
-                        }
-                        Some(_) => CreateResult::OutOfStock(sku.clone()),
-                    });
-                }
-                if coupon_index.is_some_and(|i| matches!(failed.get(i), Some(Some(_)))) {
-                    return Ok(CreateResult::CouponUnavailable);
-                }
-                if let Some((_, refused)) = buyer_index.iter().find(|(i, _)| matches!(failed.get(*i), Some(Some(_)))) {
-                    return Ok(match refused.clone() {
-                        holdings::TakeRefused::PurchaseLimit { sku, limit } => {
-                            CreateResult::PurchaseLimitReached { sku, limit }
-                        }
-                        holdings::TakeRefused::Points => CreateResult::NotEnoughPoints,
-                        holdings::TakeRefused::OpenOrders { cap } => CreateResult::OpenOrderCapReached { cap },
-                    });
-                }
-                Err(Unavailable::new("create order transaction", "cancelled on an unexpected condition"))
+                let at = TakenAt { stock: &stock_index, coupon: coupon_index, buyer: &buyer_index };
+                self.create_refusal(order, caps, claim, &failed, &at).await
             }
         }
     }
@@ -1106,18 +1063,100 @@ impl OrderStore for DynamoStore {
     }
 }
 
+/// Where the create transaction's conditional items are, by kind: which
+/// one failed says why the create was refused.
+struct TakenAt<'a> {
+    stock: &'a [(usize, &'a OrderLine)],
+    coupon: Option<usize>,
+    buyer: &'a [(usize, holdings::TakeRefused)],
+}
+
 impl DynamoStore {
+    /// Why the create transaction was cancelled, from the items whose
+    /// condition failed (`failed`, the old item of each when the engine
+    /// returns it): a replay of the key, a SKU's stock, price or limit, the
+    /// coupon, a buyer counter.
+    async fn create_refusal(
+        &self,
+        order: &Order,
+        caps: &Caps,
+        claim: &IdempotencyClaim,
+        failed: &[Option<Item>],
+        at: &TakenAt<'_>,
+    ) -> Result<CreateResult, Unavailable> {
+        let failed_at = |i: usize| match failed.get(i) {
+            Some(Some(old)) => Some(old),
+            _ => None,
+        };
+        if let Some(old) = failed_at(0) {
+            let order_id = status_of(old, "order_id")
+                .and_then(|o| OrderId::parse(o).ok())
+                .ok_or_else(|| Unavailable::new("idempotency record", "record without order_id"))?;
+            let same_request = status_of(old, "request_hash").as_deref() == Some(claim.request_hash.as_str());
+            return Ok(CreateResult::Replay { order_id, same_request });
+        }
+        if let Some((i, line)) = at.stock.iter().find(|(i, _)| failed_at(*i).is_some()) {
+            // The stock item as the transaction saw it. An empty one means
+            // it does not exist, or an engine that does not return old
+            // items of a transaction: a read (which changes nothing) tells
+            // them apart.
+            let now: Option<Stock> = match failed_at(*i) {
+                Some(old) if !old.is_empty() => Some(from_item(old.clone(), "stock")?),
+                _ => self.stock(&line.sku).await?,
+            };
+            let sku = line.sku.clone();
+            let line_price = Price { amount: line.unit_price, currency: order.currency.clone() };
+            return Ok(match now {
+                None => CreateResult::OutOfStock(sku),
+                Some(s) if s.catalog_price().as_ref() != Some(&line_price) => {
+                    CreateResult::PriceChanged { sku, now: s.catalog_price() }
+                }
+                Some(s) if s.purchase_limit != caps.purchase_limits.get(&sku).copied() => {
+                    CreateResult::PurchaseLimitChanged(sku)
+                }
+                Some(_) => CreateResult::OutOfStock(sku),
+            });
+        }
+        if at.coupon.is_some_and(|i| failed_at(i).is_some()) {
+            return Ok(CreateResult::CouponUnavailable);
+        }
+        if let Some((i, refused)) = at.buyer.iter().find(|(i, _)| failed_at(*i).is_some()) {
+            return Ok(match refused.clone() {
+                holdings::TakeRefused::PurchaseLimit { sku, limit } => CreateResult::PurchaseLimitReached { sku, limit },
+                holdings::TakeRefused::Points => match failed_at(*i).and_then(|old| status_of(old, "currency")) {
+                    Some(c) if c != order.currency.as_str() => CreateResult::PointsCurrencyMismatch {
+                        currency: Currency::parse(c).map_err(|e| Unavailable::new("points balance", e.0))?,
+                    },
+                    _ => CreateResult::NotEnoughPoints,
+                },
+                holdings::TakeRefused::OpenOrders { cap } => CreateResult::OpenOrderCapReached { cap },
+            });
+        }
+        Err(Unavailable::new("create order transaction", "cancelled on an unexpected condition"))
+    }
+
     /// The create transaction's stock decrement for `line`. The price the
     /// use case read from the catalog must still be the catalog's: a
     /// change in between cancels the order instead of writing it at a
     /// price the catalog no longer has.
-    fn take_stock(&self, order: &Order, line: &OrderLine) -> Update {
-        Update::builder()
+    fn take_stock(&self, order: &Order, line: &OrderLine, caps: &Caps) -> Update {
+        // The purchase limit the order is checked against must still be
+        // the SKU's: an operator's change applies from the next order.
+        let (limit_cond, limit) = match caps.purchase_limits.get(&line.sku) {
+            Some(l) => ("purchase_limit = :limit", Some(*l)),
+            None => ("attribute_not_exists(purchase_limit)", None),
+        };
+        let mut u = Update::builder()
             .table_name(&self.table)
             .set_key(Some(key(keys::sku(&line.sku), keys::STOCK_SK)))
             .update_expression("SET available = available - :q, reserved = reserved + :q")
-            .condition_expression("attribute_exists(pk) AND available >= :q AND price = :price AND currency = :currency")
-            .expression_attribute_values(":q", n(line.qty))
+            .condition_expression(format!(
+                "attribute_exists(pk) AND available >= :q AND price = :price AND currency = :currency AND {limit_cond}"
+            ));
+        if let Some(l) = limit {
+            u = u.expression_attribute_values(":limit", n(l));
+        }
+        u.expression_attribute_values(":q", n(line.qty))
             .expression_attribute_values(":price", n(line.unit_price))
             .expression_attribute_values(":currency", s(order.currency.as_str()))
             // The old item tells which condition failed.

@@ -45,7 +45,7 @@ pub enum TakeRefused {
 /// taken by the create itself, with its price condition), and the refusal
 /// its failed condition means; `None` for stock, or a limit the line can
 /// never fit (the use case refuses that before the transaction).
-pub fn take(table: &str, r: &Reservation, caps: &Caps) -> Option<(Update, TakeRefused)> {
+pub fn take(table: &str, r: &Reservation, caps: &Caps, currency: &Currency) -> Option<(Update, TakeRefused)> {
     let q = n(r.qty);
     let u = Update::builder()
         .table_name(table)
@@ -66,9 +66,12 @@ pub fn take(table: &str, r: &Reservation, caps: &Caps) -> Option<(Update, TakeRe
             (u, TakeRefused::PurchaseLimit { sku, limit })
         }
         ResourceType::Points => {
+            // A point is a minor unit of the balance's currency: spent
+            // only on an order in it.
             let u = u
                 .update_expression("SET available = available - :q, held = if_not_exists(held, :zero) + :q")
-                .condition_expression("available >= :q");
+                .condition_expression("available >= :q AND currency = :cur")
+                .expression_attribute_values(":cur", aws_sdk_dynamodb::types::AttributeValue::S(currency.to_string()));
             (u, TakeRefused::Points)
         }
         ResourceType::OpenOrders => {
@@ -129,6 +132,9 @@ mod tests {
     fn sku() -> Sku {
         Sku::parse("A").unwrap()
     }
+    fn eur() -> Currency {
+        Currency::parse("EUR").unwrap()
+    }
 
     #[test]
     fn each_kind_has_its_own_counter() {
@@ -145,10 +151,10 @@ mod tests {
     #[test]
     fn a_limit_the_line_can_never_fit_is_not_sent() {
         let caps = Caps { purchase_limits: [(sku(), 2)].into(), open_orders: None };
-        assert!(take("t", &Reservation::purchase_limit(&user(), &sku(), 3), &caps).is_none());
-        let (u, refused) = take("t", &Reservation::purchase_limit(&user(), &sku(), 2), &caps).unwrap();
+        assert!(take("t", &Reservation::purchase_limit(&user(), &sku(), 3), &caps, &eur()).is_none());
+        let (u, refused) = take("t", &Reservation::purchase_limit(&user(), &sku(), 2), &caps, &eur()).unwrap();
         assert_eq!(refused, TakeRefused::PurchaseLimit { sku: sku(), limit: 2 });
         assert_eq!(u.expression_attribute_values().unwrap()[":room"].as_n().unwrap(), "0");
-        assert!(take("t", &Reservation::open_order_slot(&user()), &caps).is_none(), "no cap, no slot");
+        assert!(take("t", &Reservation::open_order_slot(&user()), &caps, &eur()).is_none(), "no cap, no slot");
     }
 }

@@ -25,9 +25,10 @@ fn balance_update(store: &DynamoStore, c: &PointsCredit) -> Update {
         .set_key(Some(key(keys::buyer(&c.user_id), keys::POINTS_SK)))
         .update_expression(
             "SET available = if_not_exists(available, :zero) + :d, held = if_not_exists(held, :zero), \
-             spent = if_not_exists(spent, :zero), user_id = :u, entity = :e, recon_part = :part, recon_at = :pk \
-             ADD credited :d, changes :one",
+             spent = if_not_exists(spent, :zero), user_id = :u, currency = :cur, entity = :e, recon_part = :part, \
+             recon_at = :pk ADD credited :d, changes :one",
         )
+        .expression_attribute_values(":cur", s(c.currency.as_str()))
         .expression_attribute_values(":d", n(c.delta))
         .expression_attribute_values(":zero", n(0))
         .expression_attribute_values(":one", n(1))
@@ -36,9 +37,14 @@ fn balance_update(store: &DynamoStore, c: &PointsCredit) -> Update {
         .expression_attribute_values(":part", s(POINTS_PART))
         .expression_attribute_values(":pk", s(keys::buyer(&c.user_id)))
         .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-    if c.delta < 0 {
-        u = u.condition_expression("available >= :min").expression_attribute_values(":min", n(-c.delta));
-    }
+    // One currency per balance, fixed by its first credit.
+    let same_currency = "(attribute_not_exists(currency) OR currency = :cur)";
+    u = if c.delta < 0 {
+        u.condition_expression(format!("{same_currency} AND available >= :min"))
+            .expression_attribute_values(":min", n(-c.delta))
+    } else {
+        u.condition_expression(same_currency)
+    };
     u.build().expect("complete update")
 }
 
@@ -77,11 +83,16 @@ impl PointsLedger for DynamoStore {
         // The debit's condition: an engine that does not hand back the old
         // item of a transaction leaves it empty; a read tells how many
         // points there are (it changes nothing).
-        let available = match present(balance) {
-            Some(item) => from_item::<PointsBalance>(item, "points balance")?.available,
-            None => self.points_balance(&c.user_id).await?.map_or(0, |b| b.available),
+        let found = match present(balance) {
+            Some(item) => Some(from_item::<PointsBalance>(item, "points balance")?),
+            None => self.points_balance(&c.user_id).await?,
         };
-        Ok(PointsWritten::Insufficient { available })
+        Ok(match found {
+            Some(PointsBalance { currency: Some(cur), .. }) if cur != c.currency => {
+                PointsWritten::CurrencyMismatch { currency: cur }
+            }
+            found => PointsWritten::Insufficient { available: found.map_or(0, |b| b.available) },
+        })
     }
 
     async fn points_credit(&self, user: &UserId, k: &IdempotencyKey) -> Result<Option<PointsCredit>, Unavailable> {

@@ -16,6 +16,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PointsBalance {
     pub user_id: UserId,
+    /// The currency whose minor unit one point is worth, fixed by the
+    /// first credit: points are spent only on orders in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub currency: Option<Currency>,
     #[serde(default)]
     pub available: i64,
     #[serde(default)]
@@ -34,6 +38,8 @@ pub struct PointsBalance {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PointsCredit {
     pub user_id: UserId,
+    /// The balance's currency (one point = one minor unit of it).
+    pub currency: Currency,
     pub key: IdempotencyKey,
     pub delta: i64,
     /// Why, as the operator gave it (shown in the admin view).
@@ -46,7 +52,10 @@ pub struct PointsCredit {
 impl PointsCredit {
     /// Two requests with one key are the same credit when these agree.
     pub fn same_request(&self, other: &PointsCredit) -> bool {
-        self.user_id == other.user_id && self.delta == other.delta && self.reason == other.reason
+        self.user_id == other.user_id
+            && self.currency == other.currency
+            && self.delta == other.delta
+            && self.reason == other.reason
     }
 }
 
@@ -83,6 +92,7 @@ mod tests {
     fn credit(delta: i64) -> PointsCredit {
         PointsCredit {
             user_id: UserId::parse("u").unwrap(),
+            currency: Currency::parse("EUR").unwrap(),
             key: IdempotencyKey::parse("k").unwrap(),
             delta,
             reason: "r".into(),
@@ -95,6 +105,7 @@ mod tests {
     fn a_balance_that_adds_up_has_no_disagreement() {
         let b = PointsBalance {
             user_id: UserId::parse("u").unwrap(),
+            currency: None,
             available: 50,
             held: 30,
             spent: 20,
@@ -108,6 +119,7 @@ mod tests {
     fn each_way_a_balance_can_disagree_is_named() {
         let base = PointsBalance {
             user_id: UserId::parse("u").unwrap(),
+            currency: None,
             available: 50,
             held: 30,
             spent: 20,

@@ -527,7 +527,12 @@ pub async fn credit_points<S: crate::store::PointsLedger>(
         .ok_or_else(|| ApiError::invalid("the Idempotency-Key header is required: a credit is applied once per key"))
         .and_then(|k| IdempotencyKey::parse(k).map_err(|e| ApiError::invalid(e.0)))?;
     let obj = json_object(body)?;
-    reject_unknown(&obj, &["credit", "reason"], "")?;
+    reject_unknown(&obj, &["credit", "currency", "reason"], "")?;
+    let currency = obj
+        .get("currency")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::invalid("currency is required: the ISO 4217 code whose minor unit one point is worth"))
+        .and_then(|c| Currency::parse(c).map_err(|e| ApiError::invalid(e.0)))?;
     let limit = crate::usecases::points::MAX_CREDIT;
     let delta = obj
         .get("credit")
@@ -546,7 +551,7 @@ pub async fn credit_points<S: crate::store::PointsLedger>(
         .filter(|r| (1..=200).contains(&r.chars().count()))
         .ok_or_else(|| ApiError::invalid("reason is required: 1 to 200 characters saying why (it is audited)"))?
         .to_owned();
-    let req = crate::usecases::points::CreditRequest { user_id, key, delta, reason, by };
+    let req = crate::usecases::points::CreditRequest { user_id, currency, key, delta, reason, by };
     let (balance, replayed) = crate::usecases::points::credit_points(store, clock, req).await?;
     Ok((views::points_balance(&balance), replayed))
 }

@@ -203,6 +203,7 @@ pub fn expiry_rules(set: &crate::domain::expiry_rules::ExpiryRuleSet) -> Value {
 pub fn points_balance(b: &crate::domain::points::PointsBalance) -> Value {
     json!({
         "user_id": b.user_id,
+        "currency": b.currency,
         "available": b.available,
         "held": b.held,
         "spent": b.spent,

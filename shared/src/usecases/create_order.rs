@@ -169,7 +169,8 @@ pub fn caps_for(
     catalog: &[Stock],
     open_order_cap: Option<u32>,
 ) -> Result<Caps, UseCaseError> {
-    let mut caps = Caps { open_orders: open_order_cap, ..Caps::default() };
+    // A cap of 0 is no cap, as the stack parameter says.
+    let mut caps = Caps { open_orders: open_order_cap.filter(|c| *c > 0), ..Caps::default() };
     for line in &order.items {
         let Some(limit) = catalog.iter().find(|s| s.sku == line.sku).and_then(|s| s.purchase_limit) else { continue };
         if line.qty > limit {
@@ -207,7 +208,9 @@ fn limit_reached(sku: &Sku, limit: u32) -> UseCaseError {
 /// any channel takes).
 pub fn amount_after_points(lines_total: i64, points: u32) -> Result<i64, UseCaseError> {
     let left = lines_total - i64::from(points);
-    if left < 1 {
+    // An order without points keeps whatever total its lines give (a free
+    // order of SKUs priced 0 is one).
+    if points > 0 && left < 1 {
         return Err(UseCaseError::conflict(
             "points_exceed_total",
             format!(
@@ -289,6 +292,18 @@ impl<S: OrderStore> CreateOrder<S> {
                      not spendable until they close); spend fewer points",
                     order.points
                 ),
+            )),
+            CreateResult::PointsCurrencyMismatch { currency } => Err(UseCaseError::conflict(
+                "points_currency_mismatch",
+                format!(
+                    "the buyer's points are worth minor units of {currency}, and this order is in {}; spend them on \
+                     an order in {currency}, or order without points",
+                    order.currency
+                ),
+            )),
+            CreateResult::PurchaseLimitChanged(sku) => Err(UseCaseError::conflict(
+                "purchase_limit_changed",
+                format!("the purchase limit of sku {sku} changed while the order was placed; send the order again"),
             )),
             CreateResult::OpenOrderCapReached { cap } => Err(UseCaseError::conflict(
                 "open_order_cap_reached",

@@ -18,6 +18,8 @@ pub const MAX_CREDIT: i64 = 1_000_000_000;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreditRequest {
     pub user_id: UserId,
+    /// The balance's currency: one point is one minor unit of it.
+    pub currency: Currency,
     pub key: IdempotencyKey,
     /// Points to add (negative: to take away).
     pub delta: i64,
@@ -42,6 +44,7 @@ pub async fn credit_points<S: PointsLedger>(
 ) -> Result<(PointsBalance, bool), UseCaseError> {
     let credit = PointsCredit {
         user_id: req.user_id.clone(),
+        currency: req.currency,
         key: req.key,
         delta: req.delta,
         reason: req.reason,
@@ -56,6 +59,15 @@ pub async fn credit_points<S: PointsLedger>(
                 None
             }
             PointsWritten::KeyUsed(done) => Some(done),
+            PointsWritten::CurrencyMismatch { currency } => {
+                return Err(UseCaseError::conflict(
+                    "points_currency_mismatch",
+                    format!(
+                        "buyer {}'s points are kept in {currency}, not {}: credit them in {currency}",
+                        credit.user_id, credit.currency
+                    ),
+                ))
+            }
             PointsWritten::Insufficient { available } => {
                 return Err(UseCaseError::conflict(
                     "not_enough_points",
@@ -94,6 +106,7 @@ pub async fn points_view<S: PointsLedger>(store: &S, user: &UserId) -> Result<Po
 async fn balance_of<S: PointsLedger>(store: &S, user: &UserId) -> Result<PointsBalance, UseCaseError> {
     Ok(store.points_balance(user).await?.unwrap_or(PointsBalance {
         user_id: user.clone(),
+        currency: None,
         available: 0,
         held: 0,
         spent: 0,

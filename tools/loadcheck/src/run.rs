@@ -212,7 +212,7 @@ async fn limit_and_credit(client: &Client, plans: &[OrderPlan], skus: &BTreeMap<
     let buyers: BTreeSet<&str> = plans.iter().filter(|p| p.points > 0).map(|p| p.buyer.as_str()).collect();
     for buyer in buyers {
         let user_id = client.sign_in(buyer).await?;
-        let body = json!({"credit": scenario::POINTS_CREDIT, "reason": "loadcheck"}).to_string();
+        let body = json!({"currency": "EUR", "credit": scenario::POINTS_CREDIT, "reason": "loadcheck"}).to_string();
         let (key, path) = (format!("points-{buyer}"), format!("/admin/buyers/{user_id}/points"));
         let r = client.send_retried(|| Auth::Iam, "POST", &path, &[("Idempotency-Key", &key)], Some(&body)).await?;
         if r.status != 200 {
