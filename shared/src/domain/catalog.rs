@@ -54,7 +54,18 @@ impl StockChange {
             Self::Adjust(d) => format!("adjust {d}"),
             Self::Reprice(price) => format!("price {price}"),
             Self::Limit(n) => format!("purchase_limit {n}"),
-            Self::Classify { category, tags } => format!("classify category={category:?} tags={tags:?}"),
+            Self::Classify { category, tags } => {
+                let category = match category {
+                    None => "unchanged".to_owned(),
+                    Some(None) => "none".to_owned(),
+                    Some(Some(c)) => c.to_string(),
+                };
+                let tags = match tags {
+                    None => "unchanged".to_owned(),
+                    Some(t) => format!("[{}]", t.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(",")),
+                };
+                format!("classify category={category} tags={tags}")
+            }
         }
     }
 }
