@@ -183,9 +183,7 @@ pub trait OrderStore: Send + Sync {
     /// strongly consistent so that a create right after a publication
     /// uses it; `None` when none was ever published (a store without rules
     /// has none).
-    async fn current_expiry_rules(
-        &self,
-    ) -> Result<Option<crate::domain::expiry_rules::ExpiryRuleSet>, Unavailable> {
+    async fn current_expiry_rules(&self) -> Result<Option<crate::domain::expiry_rules::ExpiryRuleSet>, Unavailable> {
         Ok(None)
     }
 

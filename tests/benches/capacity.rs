@@ -401,5 +401,9 @@ async fn main() {
     );
     let w = World::every_holding().await;
     let (s, o) = paid(&w, None).await;
-    print_path("every holding, paid → settled (limit kept, points spent, slot back)", &s, &w.item_sizes(&o, None).await);
+    print_path(
+        "every holding, paid → settled (limit kept, points spent, slot back)",
+        &s,
+        &w.item_sizes(&o, None).await,
+    );
 }

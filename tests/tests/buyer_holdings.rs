@@ -66,7 +66,11 @@ impl World {
         put_stock(&self.store, &self.clock, &RandomIds, &sku_(sku), req).await.unwrap();
     }
 
-    async fn credit(&self, delta: i64, key: &str) -> Result<(order_core::domain::points::PointsBalance, bool), ApiError> {
+    async fn credit(
+        &self,
+        delta: i64,
+        key: &str,
+    ) -> Result<(order_core::domain::points::PointsBalance, bool), ApiError> {
         let req = CreditRequest {
             user_id: UserId::parse(BUYER).unwrap(),
             currency: Currency::parse("EUR").unwrap(),

@@ -35,7 +35,8 @@ async fn points(api: &Api, buyer: &str) -> Value {
 
 async fn set_limit(api: &Api, sku: &str, limit: u32) {
     let body = json!({"purchase_limit": limit}).to_string();
-    let r = api.send("PUT", &format!("/admin/skus/{sku}"), &[("Idempotency-Key", &unique("lim"))], Some(&body), true).await;
+    let r =
+        api.send("PUT", &format!("/admin/skus/{sku}"), &[("Idempotency-Key", &unique("lim"))], Some(&body), true).await;
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.body["purchase_limit"], limit);
 }

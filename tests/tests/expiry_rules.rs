@@ -62,7 +62,11 @@ impl World {
     }
 
     async fn classify(&self, sku: &str, change: StockChange) {
-        let req = StockRequest { change, key: Some(IdempotencyKey::parse(format!("c-{sku}-{}", rand::random::<u32>())).unwrap()), by: "ops".into() };
+        let req = StockRequest {
+            change,
+            key: Some(IdempotencyKey::parse(format!("c-{sku}-{}", rand::random::<u32>())).unwrap()),
+            by: "ops".into(),
+        };
         put_stock(&self.store, &self.clock, &RandomIds, &Sku::parse(sku).unwrap(), req).await.unwrap();
     }
 }
@@ -131,7 +135,10 @@ async fn a_publication_over_another_version_or_with_a_bad_rule_is_refused_and_pu
         (json!({"rules": [{"sku": "A", "tag": "x", "window_seconds": 60}]}), "exactly one of sku, category or tag"),
         (json!({"rules": [{"sku": "A", "window_seconds": 1}]}), "rules[0].window_seconds 1 is out of range"),
         (json!({"rules": [{"tag": "has space", "window_seconds": 60}]}), "rules[0].tag"),
-        (json!({"rules": [{"sku": "A", "window_seconds": 60}, {"sku": "A", "window_seconds": 90}]}), "rules[1] repeats"),
+        (
+            json!({"rules": [{"sku": "A", "window_seconds": 60}, {"sku": "A", "window_seconds": 90}]}),
+            "rules[1] repeats",
+        ),
         (json!({"default_seconds": -5, "rules": []}), "default_seconds must be a whole number"),
         (json!({"rules": {"sku": "A"}}), "rules is required"),
         (json!({"rules": [], "extra": 1}), "extra"),

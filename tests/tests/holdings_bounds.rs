@@ -53,7 +53,11 @@ fn creator<S: OrderStore>(store: S, clock: &FixedClock, cap: Option<u32>) -> Cre
     }
 }
 
-async fn create_with<S: OrderStore + Send + Sync>(uc: &CreateOrder<S>, key: &str, body: &Value) -> Result<Order, ApiError> {
+async fn create_with<S: OrderStore + Send + Sync>(
+    uc: &CreateOrder<S>,
+    key: &str,
+    body: &Value,
+) -> Result<Order, ApiError> {
     uc.execute_as_named(Some(key), body.to_string().as_bytes()).await.map(|c| c.order)
 }
 
@@ -115,7 +119,11 @@ async fn a_free_order_without_points_is_created() {
     let store = store_with(&[("FREE", 0)]).await;
     let clock = FixedClock::at(T0);
     let r = create_with(&creator(store.clone(), &clock, None), "k-free", &body("FREE", 1, None)).await;
-    assert!(r.is_ok(), "a free order without points was refused: {:?}", r.map_err(|e| (e.code().to_owned(), e.to_string())));
+    assert!(
+        r.is_ok(),
+        "a free order without points was refused: {:?}",
+        r.map_err(|e| (e.code().to_owned(), e.to_string()))
+    );
 }
 
 /// A store whose SKU's purchase limit is changed by an operator right
@@ -129,7 +137,12 @@ struct LimitChangedAfterRead {
 
 #[async_trait::async_trait]
 impl OrderStore for LimitChangedAfterRead {
-    async fn create_order(&self, order: &Order, caps: &Caps, claim: &IdempotencyClaim) -> Result<CreateResult, Unavailable> {
+    async fn create_order(
+        &self,
+        order: &Order,
+        caps: &Caps,
+        claim: &IdempotencyClaim,
+    ) -> Result<CreateResult, Unavailable> {
         self.inner.create_order(order, caps, claim).await
     }
     async fn claimed_order(&self, u: &UserId, k: &IdempotencyKey) -> Result<Option<ClaimedOrder>, Unavailable> {
@@ -299,9 +312,7 @@ async fn the_order_too_large_boundary_is_exact() {
     credit(&store, 1000, "c1").await.unwrap();
     let far = Timestamp::from_unix_millis(T0 + 86_400_000);
     store.put_coupon(&system_tests::fixtures::available_coupon("cp1", BUYER, far)).await.unwrap();
-    let lines = |skip: usize| -> Vec<Value> {
-        names.iter().skip(skip).map(|n| json!({"sku": n, "qty": 1})).collect()
-    };
+    let lines = |skip: usize| -> Vec<Value> { names.iter().skip(skip).map(|n| json!({"sku": n, "qty": 1})).collect() };
     let b = |skip| json!({"user_id": BUYER, "currency": "EUR", "items": lines(skip), "coupon_id": "cp1", "points": 10});
     let uc = creator(store.clone(), &clock, Some(5));
     let too_large = create_with(&uc, "k-7", &b(0)).await.unwrap_err();

@@ -86,7 +86,8 @@ impl OrderStore for MemoryStore {
         _: Timestamp,
     ) -> Result<Moved<ReservationStatus>, Unavailable> {
         let mut t = self.0.lock().unwrap();
-        let slot = t.record.reservations.iter_mut().find(|x| x.sort_key() == r.sort_key()).expect("the order's reservation");
+        let slot =
+            t.record.reservations.iter_mut().find(|x| x.sort_key() == r.sort_key()).expect("the order's reservation");
         let step = reservation::apply(slot.status, ReservationEvent::Release);
         if let Ok(Step::Moved(to)) = &step {
             slot.status = *to;

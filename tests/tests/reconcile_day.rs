@@ -252,7 +252,9 @@ async fn plant_catalog_kinds(w: &World) {
         reason: "test".into(),
         by: "ops".into(),
     };
-    order_core::usecases::points::credit_points(&w.store, &FixedClock::at(run_time().unix_millis()), req).await.unwrap();
+    order_core::usecases::points::credit_points(&w.store, &FixedClock::at(run_time().unix_millis()), req)
+        .await
+        .unwrap();
     w.store
         .client()
         .update_item()
@@ -370,7 +372,8 @@ async fn a_failing_piece_is_retried_and_once_out_of_receives_is_reported_missing
     let planted = OrderId::parse(today.iter().next().unwrap()).unwrap();
     let part = keys::day_part(&planted, day().start());
     let piece = format!("shard-{}", keys::shard_of(&planted, RECONCILE_SHARDS) % SHARDS);
-    let flaky = |failures: u32| FailingPart { inner: &w.store, part: part.clone(), failures_left: AtomicU32::new(failures) };
+    let flaky =
+        |failures: u32| FailingPart { inner: &w.store, part: part.clone(), failures_left: AtomicU32::new(failures) };
     // Two failures, then it goes through on the third receive.
     let index = flaky(MAX_RECEIVES - 1);
     let ports = DayPorts { index: &index, channel: Some(&w.ledger), bounds: Bounds::default(), shards: SHARDS };

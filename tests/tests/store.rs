@@ -731,7 +731,10 @@ async fn the_create_transaction_is_conditional_on_the_catalog_price_of_each_line
     // A line priced otherwise than the catalog (as when the price changed
     // after the use case read it): cancelled, and told apart from stock.
     assert_eq!(
-        store.create_order(&order_with(vec![("A", 1, 250), ("B", 1, 200)], "EUR"), &Caps::default(), &claim("t1")).await.unwrap(),
+        store
+            .create_order(&order_with(vec![("A", 1, 250), ("B", 1, 200)], "EUR"), &Caps::default(), &claim("t1"))
+            .await
+            .unwrap(),
         CreateResult::PriceChanged { sku: sku("B"), now: Some(eur(250)) }
     );
     // Another currency is a price change too.
@@ -764,7 +767,12 @@ struct RepricedAfterRead {
 
 #[async_trait::async_trait]
 impl OrderStore for RepricedAfterRead {
-    async fn create_order(&self, order: &Order, caps: &Caps, claim: &IdempotencyClaim) -> Result<CreateResult, Unavailable> {
+    async fn create_order(
+        &self,
+        order: &Order,
+        caps: &Caps,
+        claim: &IdempotencyClaim,
+    ) -> Result<CreateResult, Unavailable> {
         self.inner.create_order(order, caps, claim).await
     }
     async fn claimed_order(&self, u: &UserId, k: &IdempotencyKey) -> Result<Option<ClaimedOrder>, Unavailable> {

@@ -27,6 +27,9 @@ fn open_order_cap() -> Result<Option<u32>, Error> {
     match v.trim().parse::<u32>() {
         Ok(0) => Ok(None),
         Ok(n) => Ok(Some(n)),
-        Err(_) => Err(format!("environment variable MAX_OPEN_ORDERS_PER_BUYER must be a whole number (0: no cap), got {v:?}").into()),
+        Err(_) => {
+            Err(format!("environment variable MAX_OPEN_ORDERS_PER_BUYER must be a whole number (0: no cap), got {v:?}")
+                .into())
+        }
     }
 }

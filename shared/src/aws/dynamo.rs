@@ -2,11 +2,11 @@
 //! `infra/data-model.md`; the order-partition keys are spelled by the
 //! helpers below, the payment-side ones in `payments.rs`.
 
+use super::holdings;
 use crate::domain::*;
 use crate::domain::{coupon, order, reservation};
 use crate::ports::Unavailable;
 use crate::store::*;
-use super::holdings;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{
@@ -562,7 +562,6 @@ impl DynamoStore {
     }
 }
 
-
 pub(crate) fn status_of(item: &Item, attr: &str) -> Option<String> {
     item.get(attr).and_then(|v| v.as_s().ok()).cloned()
 }
@@ -689,9 +688,7 @@ impl OrderStore for DynamoStore {
         }
     }
 
-    async fn current_expiry_rules(
-        &self,
-    ) -> Result<Option<crate::domain::expiry_rules::ExpiryRuleSet>, Unavailable> {
+    async fn current_expiry_rules(&self) -> Result<Option<crate::domain::expiry_rules::ExpiryRuleSet>, Unavailable> {
         self.read_expiry_rules(super::expiry_rules::CURRENT_SK).await
     }
 
@@ -1122,7 +1119,9 @@ impl DynamoStore {
         }
         if let Some((i, refused)) = at.buyer.iter().find(|(i, _)| failed_at(*i).is_some()) {
             return Ok(match refused.clone() {
-                holdings::TakeRefused::PurchaseLimit { sku, limit } => CreateResult::PurchaseLimitReached { sku, limit },
+                holdings::TakeRefused::PurchaseLimit { sku, limit } => {
+                    CreateResult::PurchaseLimitReached { sku, limit }
+                }
                 holdings::TakeRefused::Points => match failed_at(*i).and_then(|old| status_of(old, "currency")) {
                     Some(c) if c != order.currency.as_str() => CreateResult::PointsCurrencyMismatch {
                         currency: Currency::parse(c).map_err(|e| Unavailable::new("points balance", e.0))?,

@@ -26,7 +26,8 @@ fn rules_item(sk: &str, set: &ExpiryRuleSet) -> Item {
 }
 
 fn decode(item: Item) -> Result<ExpiryRuleSet, Unavailable> {
-    let body = item.get("body").and_then(|b| b.as_s().ok()).ok_or_else(|| Unavailable::new("expiry rules", "no body"))?;
+    let body =
+        item.get("body").and_then(|b| b.as_s().ok()).ok_or_else(|| Unavailable::new("expiry rules", "no body"))?;
     serde_json::from_str(body).map_err(|e| Unavailable::new("decode expiry rules", e))
 }
 

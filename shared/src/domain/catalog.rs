@@ -202,11 +202,9 @@ pub fn plan(
             StockChangeRecord { price: Some(price.clone()), ..record(StockChangeKind::Reprice, 0) }
         }
         StockChange::Limit(n) => StockChangeRecord { purchase_limit: Some(*n), ..record(StockChangeKind::Limit, 0) },
-        StockChange::Classify { category, tags } => StockChangeRecord {
-            category: category.clone(),
-            tags: tags.clone(),
-            ..record(StockChangeKind::Classify, 0)
-        },
+        StockChange::Classify { category, tags } => {
+            StockChangeRecord { category: category.clone(), tags: tags.clone(), ..record(StockChangeKind::Classify, 0) }
+        }
     };
     // A SKU seeded before changes were recorded starts its history here.
     let baseline = (s.changes == 0).then(|| supplied(s));

@@ -166,7 +166,10 @@ mod tests {
         ExpiryRuleSet {
             version: 3,
             default_seconds,
-            rules: rules.into_iter().map(|(applies_to, window_seconds)| ExpiryRule { applies_to, window_seconds }).collect(),
+            rules: rules
+                .into_iter()
+                .map(|(applies_to, window_seconds)| ExpiryRule { applies_to, window_seconds })
+                .collect(),
             published_at: Timestamp::from_unix_millis(0),
             published_by: "ops".into(),
         }

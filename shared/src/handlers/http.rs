@@ -166,7 +166,9 @@ pub async fn order_api(app: &OrderApi, req: Request) -> Response<Body> {
         "GET /admin/skus/{sku}" => requests::get_stock(store, &path_param(&req, "sku")).await.map(|v| (200, v)),
         "POST /admin/buyers/{user_id}/points" => return credit_points(app, &req).await,
         "PUT /admin/expiry-rules" => {
-            requests::publish_expiry_rules(store, app.clock.as_ref(), caller_identity(&req), body).await.map(|v| (200, v))
+            requests::publish_expiry_rules(store, app.clock.as_ref(), caller_identity(&req), body)
+                .await
+                .map(|v| (200, v))
         }
         "GET /admin/expiry-rules" => requests::get_expiry_rules(store, None).await.map(|v| (200, v)),
         "GET /admin/expiry-rules/{version}" => {

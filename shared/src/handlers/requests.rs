@@ -417,7 +417,8 @@ fn classify(obj: &serde_json::Map<String, Value>) -> Result<StockChange, ApiErro
     let tags = match obj.get("tags") {
         None => None,
         Some(Value::Array(a)) if a.len() <= 20 => {
-            let tags = a.iter().enumerate().map(|(i, t)| label(t, &format!("tags[{i}]"))).collect::<Result<Vec<_>, _>>()?;
+            let tags =
+                a.iter().enumerate().map(|(i, t)| label(t, &format!("tags[{i}]"))).collect::<Result<Vec<_>, _>>()?;
             Some(tags)
         }
         Some(_) => return Err(ApiError::invalid("tags must be an array of at most 20 labels")),
@@ -534,16 +535,15 @@ pub async fn credit_points<S: crate::store::PointsLedger>(
         .ok_or_else(|| ApiError::invalid("currency is required: the ISO 4217 code whose minor unit one point is worth"))
         .and_then(|c| Currency::parse(c).map_err(|e| ApiError::invalid(e.0)))?;
     let limit = crate::usecases::points::MAX_CREDIT;
-    let delta = obj
-        .get("credit")
-        .and_then(Value::as_i64)
-        .filter(|d| *d != 0 && (-limit..=limit).contains(d))
-        .ok_or_else(|| {
-            ApiError::invalid(format!(
-                "credit is required: a whole number of points from -{limit} to {limit}, not 0 (negative takes \
+    let delta =
+        obj.get("credit").and_then(Value::as_i64).filter(|d| *d != 0 && (-limit..=limit).contains(d)).ok_or_else(
+            || {
+                ApiError::invalid(format!(
+                    "credit is required: a whole number of points from -{limit} to {limit}, not 0 (negative takes \
                  points away)"
-            ))
-        })?;
+                ))
+            },
+        )?;
     let reason = obj
         .get("reason")
         .and_then(Value::as_str)
@@ -597,19 +597,23 @@ fn expiry_rule(i: usize, raw: &Value) -> Result<crate::domain::expiry_rules::Exp
             "{at}: {k} is not a known field; a rule applies to one sku, category or tag"
         )));
     }
-    let text = |k: &str| obj.get(k).map(|v| v.as_str().ok_or_else(|| ApiError::invalid(format!("{at}.{k} must be a string"))));
+    let text =
+        |k: &str| obj.get(k).map(|v| v.as_str().ok_or_else(|| ApiError::invalid(format!("{at}.{k} must be a string"))));
     let label = |k: &str, s: &str| Label::parse(s).map_err(|e| ApiError::invalid(format!("{at}.{k}: {}", e.0)));
     let targets: Vec<RuleTarget> = [
-        text("sku").map(|s| s.and_then(|s| Sku::parse(s).map_err(|e| ApiError::invalid(format!("{at}.sku: {}", e.0))).map(RuleTarget::Sku))),
+        text("sku").map(|s| {
+            s.and_then(|s| {
+                Sku::parse(s).map_err(|e| ApiError::invalid(format!("{at}.sku: {}", e.0))).map(RuleTarget::Sku)
+            })
+        }),
         text("category").map(|s| s.and_then(|s| label("category", s).map(RuleTarget::Category))),
         text("tag").map(|s| s.and_then(|s| label("tag", s).map(RuleTarget::Tag))),
     ]
     .into_iter()
     .flatten()
     .collect::<Result<_, _>>()?;
-    let [applies_to] = <[RuleTarget; 1]>::try_from(targets).map_err(|_| {
-        ApiError::invalid(format!("{at} must name exactly one of sku, category or tag"))
-    })?;
+    let [applies_to] = <[RuleTarget; 1]>::try_from(targets)
+        .map_err(|_| ApiError::invalid(format!("{at} must name exactly one of sku, category or tag")))?;
     let window_seconds = obj
         .get("window_seconds")
         .and_then(Value::as_u64)

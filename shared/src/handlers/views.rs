@@ -17,7 +17,11 @@ pub fn order_view(r: &OrderRecord) -> Value {
         .items
         .iter()
         .map(|l| {
-            let reservation = r.reservations.iter().find(|res| res.resource_type == ResourceType::Stock && res.sku().as_ref() == Some(&l.sku)).map(|res| res.status);
+            let reservation = r
+                .reservations
+                .iter()
+                .find(|res| res.resource_type == ResourceType::Stock && res.sku().as_ref() == Some(&l.sku))
+                .map(|res| res.status);
             json!({"sku": l.sku, "qty": l.qty, "unit_price": l.unit_price, "reservation": reservation})
         })
         .collect();

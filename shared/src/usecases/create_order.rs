@@ -164,11 +164,7 @@ pub struct CreateOrder<S> {
 /// purchase limits of its SKUs as the catalog read gave them; or the
 /// refusal when a line alone passes its SKU's limit, or the order would
 /// not fit one transaction.
-pub fn caps_for(
-    order: &Order,
-    catalog: &[Stock],
-    open_order_cap: Option<u32>,
-) -> Result<Caps, UseCaseError> {
+pub fn caps_for(order: &Order, catalog: &[Stock], open_order_cap: Option<u32>) -> Result<Caps, UseCaseError> {
     // A cap of 0 is no cap, as the stack parameter says.
     let mut caps = Caps { open_orders: open_order_cap.filter(|c| *c > 0), ..Caps::default() };
     for line in &order.items {

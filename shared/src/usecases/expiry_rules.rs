@@ -63,5 +63,8 @@ pub async fn current<S: OrderStore>(store: &S) -> Result<ExpiryRuleSet, UseCaseE
 
 /// A published version, in force or not.
 pub async fn version<S: ExpiryRuleStore>(store: &S, version: u64) -> Result<ExpiryRuleSet, UseCaseError> {
-    store.expiry_rules_version(version).await?.ok_or_else(|| UseCaseError::not_found(format!("expiry rules version {version}")))
+    store
+        .expiry_rules_version(version)
+        .await?
+        .ok_or_else(|| UseCaseError::not_found(format!("expiry rules version {version}")))
 }

@@ -170,10 +170,7 @@ pub(crate) fn local_checks(r: &OrderRecord, bounds: &Bounds, now: Timestamp, out
         }
         OrderStatus::Paid if effects_overdue => {
             for res in held() {
-                push(
-                    "reservation_unconfirmed_on_paid_order",
-                    format!("{} RESERVED, not CONFIRMED", res.label()),
-                );
+                push("reservation_unconfirmed_on_paid_order", format!("{} RESERVED, not CONFIRMED", res.label()));
             }
         }
         OrderStatus::PendingPayment | OrderStatus::Closing if o.expire_at.plus(bounds.open_past_expiry) < now => push(
@@ -290,7 +287,11 @@ pub(crate) fn points_checks(
 fn stock_checks(snapshot: &TableSnapshot, out: &mut Vec<Discrepancy>) {
     let mut held: BTreeMap<&str, i64> = BTreeMap::new();
     for r in &snapshot.orders {
-        for res in r.reservations.iter().filter(|x| x.status == ReservationStatus::Reserved && x.resource_type == ResourceType::Stock) {
+        for res in r
+            .reservations
+            .iter()
+            .filter(|x| x.status == ReservationStatus::Reserved && x.resource_type == ResourceType::Stock)
+        {
             *held.entry(res.resource_key.as_str()).or_default() += i64::from(res.qty);
         }
     }

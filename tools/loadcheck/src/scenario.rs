@@ -447,12 +447,21 @@ impl Driver<'_> {
             .await;
         match r {
             Ok(r) if r.status == 409 && r.body["error"]["code"] == "purchase_limit_reached" => {}
-            Ok(r) => self.wrong(format!("{} units over a limit of {PURCHASE_LIMIT} answered {} {}", PURCHASE_LIMIT + 1, r.status, r.body)),
+            Ok(r) => self.wrong(format!(
+                "{} units over a limit of {PURCHASE_LIMIT} answered {} {}",
+                PURCHASE_LIMIT + 1,
+                r.status,
+                r.body
+            )),
             Err(e) => self.error(format!("create over the limit: {e}")),
         }
         let body = order_body(self.plan);
         let key = self.plan.idempotency_key.clone();
-        match self.client.buyer_retried(&self.plan.buyer, "POST", "/orders", &[("Idempotency-Key", &key)], Some(&body)).await {
+        match self
+            .client
+            .buyer_retried(&self.plan.buyer, "POST", "/orders", &[("Idempotency-Key", &key)], Some(&body))
+            .await
+        {
             Ok(r) if r.status == 409 && r.body["error"]["code"] == "purchase_limit_reached" => {
                 self.out.refused_by_cap = true;
                 false

@@ -795,9 +795,8 @@ fn check_buyer_counters(
                 .and_then(|s| s["purchase_limit"].as_i64())
                 .unwrap_or(i64::MAX);
             *counts.entry("purchase_limit.bought".into()).or_default() += n(row, "bought");
-            let agrees = n(row, "held") == reserved
-                && n(row, "bought") == confirmed
-                && n(row, "used") == reserved + confirmed;
+            let agrees =
+                n(row, "held") == reserved && n(row, "bought") == confirmed && n(row, "used") == reserved + confirmed;
             (!agrees || confirmed > limit).then(|| {
                 format!(
                     "used {}, held {}, bought {} (limit {limit}); the orders hold {reserved} and bought {confirmed}",
@@ -1820,10 +1819,8 @@ mod tests {
         r.stocks.get_mut("A").unwrap().as_mut().unwrap()["purchase_limit"] = json!(2);
         let key = |sk: &str| ("BUYER#u1".to_owned(), sk.to_owned());
         r.buyer_counters.insert(key("LIMIT#A"), Some(json!({"used": 2, "held": 0, "bought": 2})));
-        r.buyer_counters.insert(
-            key("POINTS"),
-            Some(json!({"available": 700, "held": 0, "spent": 300, "credited": 1000})),
-        );
+        r.buyer_counters
+            .insert(key("POINTS"), Some(json!({"available": 700, "held": 0, "spent": 300, "credited": 1000})));
         r.buyer_counters.insert(key("OPEN_ORDERS"), Some(json!({"open": 0})));
         r.points_credits.insert("BUYER#u1".into(), vec![json!({"delta": 1000})]);
         (r, scope)

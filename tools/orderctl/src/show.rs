@@ -220,11 +220,9 @@ pub fn timeline(r: &OrderRecord, times: &ItemTimes) -> Vec<Entry> {
     for res in &r.reservations {
         match times.get(&res.sort_key(), "updated_at").and_then(|t| Timestamp::parse(t).ok()) {
             Some(at) => push(&at, "reservation", format!("{} {}", res.label(), name_of(&res.status))),
-            None => push(
-                &o.created_at,
-                "reservation",
-                format!("{} {} (not settled)", res.label(), name_of(&res.status)),
-            ),
+            None => {
+                push(&o.created_at, "reservation", format!("{} {} (not settled)", res.label(), name_of(&res.status)))
+            }
         }
     }
     if let Some(l) = &r.coupon_lock {
