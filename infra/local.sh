@@ -28,6 +28,8 @@ Environment (defaults in brackets)
   STACK_NAME [order-expiry]          CloudFormation stack name
   PAYMENT_WINDOW_SECONDS [30]        order payment window for the local stack
   MAX_OPEN_ORDERS_PER_BUYER [25]     open orders one buyer may have (0: no cap)
+  EXPIRING_SOON_LEAD_SECONDS [60]    OrderExpiringSoon this long before expire_at (0: off);
+                                     only orders with a window of twice that get one
   GATEWAY_PORT [4566]                ministack port (bound to 127.0.0.1)
   AWS_REGION [us-east-1]
   WEBHOOK_SECRET [whsec_localcurrent,whsec_localprevious]  the Stripe webhook signing
@@ -101,6 +103,9 @@ LOST_ANSWER_RATE="${LOST_ANSWER_RATE:-0}"
 COUNT_AWS_CALLS="${COUNT_AWS_CALLS:-0}"
 CLOSING_LEASE_SECONDS="${CLOSING_LEASE_SECONDS:-35}"
 SWEEP_GRACE_SECONDS="${SWEEP_GRACE_SECONDS:-5}"
+# The shortest lead the pass allows (it runs once a minute): the local 30 s
+# window gets no heads-up, a 120 s window one (the heads-up test's).
+EXPIRING_SOON_LEAD_SECONDS="${EXPIRING_SOON_LEAD_SECONDS:-60}"
 EFFECTS_REDRIVE_AFTER_SECONDS="${EFFECTS_REDRIVE_AFTER_SECONDS:-20}"
 # ministack retries a failing stream batch (function error) every ~1 s until the
 # record is this old, then sends it to StreamFailureQueue; it ignores
@@ -289,6 +294,7 @@ run_deploy() { # args: LocalApiId ApiBaseUrlOverride NotifyApiBaseUrlOverride
     --param "CountAwsCalls=$COUNT_AWS_CALLS" \
     --param "ClosingLeaseSeconds=$CLOSING_LEASE_SECONDS" \
     --param "SweepGraceSeconds=$SWEEP_GRACE_SECONDS" \
+    --param "ExpiringSoonLeadSeconds=$EXPIRING_SOON_LEAD_SECONDS" \
     --param "EffectsRedriveAfterSeconds=$EFFECTS_REDRIVE_AFTER_SECONDS" \
     --param "ApiBaseUrlOverride=$2" \
     --param "NotifyApiBaseUrlOverride=$3" \
@@ -336,6 +342,7 @@ deploy() {
     echo "COUNT_AWS_CALLS=$COUNT_AWS_CALLS"
     echo "CLOSING_LEASE_SECONDS=$CLOSING_LEASE_SECONDS"
     echo "SWEEP_GRACE_SECONDS=$SWEEP_GRACE_SECONDS"
+    echo "EXPIRING_SOON_LEAD_SECONDS=$EXPIRING_SOON_LEAD_SECONDS"
     echo "EFFECTS_REDRIVE_AFTER_SECONDS=$EFFECTS_REDRIVE_AFTER_SECONDS"
     echo "MERCHANT_ID=$MERCHANT_ID"
     echo "WEBHOOK_SECRET_PARAMETER=$WEBHOOK_SECRET_PARAMETER"

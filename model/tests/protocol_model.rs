@@ -264,6 +264,7 @@ fn domain_order(s: &St) -> Order {
         expire_at: ts(EXPIRE_AT),
         expiry_rule_version: "model".into(),
         cancel_requested_at: None,
+        expiring_soon_at: None,
         points: 0,
         payment_attempts: u32::from(o.attempts),
         closing: o.lease.map(|l| ClosingLease {

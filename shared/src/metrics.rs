@@ -75,6 +75,10 @@ pub const ORDER_CLOSED: Metric = count_metric("OrderClosed");
 /// A buyer asked to cancel an open order (`POST /orders/{id}/cancel`); its
 /// close then counts as any close (`OrderClosed`).
 pub const ORDER_CANCEL_REQUESTED: Metric = count_metric("OrderCancelRequested");
+/// Orders noticed as expiring soon by the pass (each publishes one
+/// `OrderExpiringSoon`); `ExpiringSoonPassCompleted` once per pass run.
+pub const ORDER_EXPIRING_SOON: Metric = count_metric("OrderExpiringSoon");
+pub const EXPIRING_SOON_PASS_COMPLETED: Metric = count_metric("ExpiringSoonPassCompleted");
 /// Every way an order becomes PAID (notification, closer, new attempt).
 pub const ORDER_PAID: Metric = count_metric("OrderPaid");
 /// `expire_at` → CLOSED, per closed order (P50/P95/P99 on the dashboard).
@@ -200,6 +204,8 @@ const NAMED: &[&Metric] = &[
     &ORDER_CREATED,
     &ORDER_CLOSED,
     &ORDER_CANCEL_REQUESTED,
+    &ORDER_EXPIRING_SOON,
+    &EXPIRING_SOON_PASS_COMPLETED,
     &ORDER_PAID,
     &EXPIRY_TO_CLOSE_DELAY,
     &EARLY_WAKE_UP,

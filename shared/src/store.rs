@@ -589,6 +589,36 @@ pub enum StockWritten {
     Moved(Option<Stock>),
 }
 
+/// The heads-up before expiry ([`crate::usecases::expiring_soon`]): the
+/// open orders due in a range of the due index, and the one conditional
+/// write that notices an order.
+#[async_trait]
+pub trait ExpiringSoonNotices: Send + Sync {
+    /// One page of an OPEN shard's entries due in `[after, through]`,
+    /// oldest first.
+    async fn due_between(
+        &self,
+        shard: &str,
+        after: Timestamp,
+        through: Timestamp,
+        limit: u32,
+        start: Option<DueCursor>,
+    ) -> Result<DuePage, Unavailable>;
+    /// Sets the order's `expiring_soon_at` to `now`, only if it is still
+    /// waiting for payment with no cancel asked, was never noticed, still
+    /// expires at `expire_at` (which is after `now`), and was created at
+    /// or before `latest_created` (its window is long enough for a
+    /// notice). `Rejected` otherwise: nothing is written, and a second
+    /// notice of the same order is impossible. Leaves `version` as it is.
+    async fn notice_expiring_soon(
+        &self,
+        order_id: &OrderId,
+        expire_at: Timestamp,
+        latest_created: Timestamp,
+        now: Timestamp,
+    ) -> Result<Cas, Unavailable>;
+}
+
 /// The published versions of the expiry rules
 /// ([`crate::domain::expiry_rules`]).
 #[async_trait]

@@ -2,16 +2,18 @@
 //! relay does with a record: every change that yields an integration event
 //! gets through, and the changes that yield none (writes that leave an order
 //! or a refund in its status, other entities, removals) are kept out, so
-//! they never invoke the relay. A change of status in the records is the
-//! only thing the filter has to tell apart, and it does so from the old
-//! image's status.
+//! they never invoke the relay. A change of status out of an open one, and
+//! the heads-up notice appearing on an unpaid order, are the only things
+//! the filter has to tell apart, and it does so from the old image's
+//! status and notice.
 //!
 //! The patterns are read from the template text (the lines under
-//! `RelayFunctionTableChanges`), and matched here with the two operators they
-//! use (a list of values, `anything-but`), as Lambda's event filtering does.
+//! `RelayFunctionTableChanges`), and matched here with the operators they
+//! use (a list of values, `anything-but`, `exists`), as Lambda's event
+//! filtering does.
 
 use aws_lambda_events::event::dynamodb::EventRecord;
-use order_core::domain::events::examples::{moved, order, refund};
+use order_core::domain::events::examples::{moved, order, refund, ts};
 use order_core::domain::{Order, OrderStatus, PaymentId, Refund, RefundStatus};
 use order_core::handlers::relay::events_of_record;
 use serde_json::{json, Value};
@@ -32,11 +34,15 @@ fn relay_patterns() -> Vec<Value> {
 
 /// Lambda's content filtering for the operators the patterns use: an object
 /// matches field by field; a list matches a present scalar equal to one of
-/// its values or, for `{"anything-but": [...]}`, to none of those.
+/// its values or, for `{"anything-but": [...]}`, to none of those;
+/// `{"exists": true|false}` matches a present or an absent leaf.
 fn matches(pattern: &Value, value: Option<&Value>) -> bool {
     match pattern {
         Value::Object(fields) => fields.iter().all(|(k, p)| matches(p, value.and_then(|v| v.get(k)))),
         Value::Array(options) => {
+            if let Some(exists) = options.iter().find_map(|o| o.get("exists")) {
+                return exists.as_bool().expect("exists takes a boolean") == value.is_some();
+            }
             let Some(v) = value.filter(|v| !v.is_object() && !v.is_array()) else { return false };
             options.iter().any(|o| match o.get("anything-but") {
                 Some(Value::Array(banned)) => !banned.contains(v),
@@ -101,11 +107,12 @@ fn yields_an_event(record: &Value) -> bool {
 }
 
 /// An order in each status (PAID with the payment that paid it), each one
-/// version after the order placed.
+/// version after the order placed; then the same order noticed as expiring
+/// soon while unpaid, and closing after the notice.
 fn orders() -> Vec<Order> {
     let placed = order();
     let statuses = [OrderStatus::PendingPayment, OrderStatus::Closing, OrderStatus::Closed, OrderStatus::Paid];
-    statuses
+    let mut all: Vec<Order> = statuses
         .into_iter()
         .map(|s| {
             let mut o = moved(&placed, s, "2026-01-01T10:20:00.000Z", "test");
@@ -114,7 +121,11 @@ fn orders() -> Vec<Order> {
             }
             o
         })
-        .collect()
+        .collect();
+    let noticed = Order { expiring_soon_at: Some(ts("2026-01-01T10:24:10.000Z")), ..all[0].clone() };
+    all.push(moved(&noticed, OrderStatus::Closing, "2026-01-01T10:30:00.000Z", "due"));
+    all.push(noticed);
+    all
 }
 
 fn refunds() -> Vec<Refund> {
@@ -156,7 +167,7 @@ fn the_relay_filter_lets_through_exactly_the_changes_that_yield_an_event() {
         assert_eq!(passes(&record), yields_an_event(&record), "{change}");
         checked += 1;
     }
-    assert_eq!(checked, 24 + 15);
+    assert_eq!(checked, 48 + 15);
 }
 
 #[test]

@@ -1,12 +1,16 @@
-//! Rate schedule → the sweep over the due index (the backstop): overdue open
-//! orders get a close reminder, pending effects and refunds are handed to
-//! the effects queue (drive-effects runs them).
+//! Rate schedules → the passes over the due index. The backstop sweep:
+//! overdue open orders get a close reminder, pending effects and refunds
+//! are handed to the effects queue (drive-effects runs them). The
+//! expiring-soon pass (input `{"pass":"expiring-soon"}`): open orders about
+//! to expire are noticed, and the relay publishes `OrderExpiringSoon`.
 use aws_config::SdkConfig;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use order_core::aws::queue::{SqsCloseReminders, SqsPendingEffects};
 use order_core::aws::redrive::AwsRedrive;
 use order_core::aws::{dynamo::DynamoStore, env};
-use order_core::handlers::sweep::{config_from_env, run_sweep};
+use order_core::handlers::sweep::{
+    config_from_env, notice_config_from_env, pass_of, run_expiring_soon_pass, run_sweep, Pass,
+};
 use order_core::ports::SystemClock;
 
 pub async fn run(config: &SdkConfig) -> Result<(), Error> {
@@ -17,9 +21,18 @@ pub async fn run(config: &SdkConfig) -> Result<(), Error> {
         effects: SqsPendingEffects::new(sqs, env("PENDING_EFFECTS_QUEUE_URL")?),
     };
     let cfg = config_from_env()?;
-    let (store, redrive, cfg) = (&store, &redrive, &cfg);
-    lambda_runtime::run(service_fn(move |_: LambdaEvent<serde_json::Value>| async move {
-        run_sweep(store, redrive, &SystemClock, cfg).await
+    // A wrong lead fails the expiring-soon pass's runs only, never the
+    // backstop sweep's.
+    let notice = notice_config_from_env().map_err(|e| e.to_string());
+    let (store, redrive, cfg, notice) = (&store, &redrive, &cfg, &notice);
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| async move {
+        match pass_of(&event.payload)? {
+            Pass::Sweep => run_sweep(store, redrive, &SystemClock, cfg).await,
+            Pass::ExpiringSoon => {
+                let notice = notice.as_ref().map_err(|e| Error::from(e.clone()))?;
+                run_expiring_soon_pass(store, &SystemClock, notice).await
+            }
+        }
     }))
     .await
 }

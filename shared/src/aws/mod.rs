@@ -7,6 +7,7 @@ pub mod clients;
 pub mod due_index;
 pub mod dynamo;
 pub mod event_bus;
+pub mod expiring_soon;
 pub mod expiry_rules;
 pub mod holdings;
 pub mod lost_answers;

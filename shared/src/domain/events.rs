@@ -59,6 +59,30 @@ pub struct OrderPlaced {
     pub expire_at: Timestamp,
 }
 
+/// A heads-up: the order is still unpaid and its window ends at
+/// `expire_at`, about the configured lead from `occurred_at`
+/// (`ExpiringSoonLeadSeconds`). At most one per order (its `event_id` is
+/// the order's), never for an order already final or whose buyer asked to
+/// cancel, none when the window is shorter than twice the lead. A
+/// reminder, not a promise: the order may still be paid or closed before a
+/// subscriber reads it, so a notification service checks nothing else and
+/// says "pay before `expire_at`".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrderExpiringSoon {
+    pub schema_version: u32,
+    pub event_id: String,
+    pub order_id: OrderId,
+    pub version: u64,
+    /// When the order was noticed (its `expiring_soon_at`).
+    pub occurred_at: Timestamp,
+    pub user_id: UserId,
+    pub items: Vec<EventLine>,
+    pub amount_total: i64,
+    pub currency: Currency,
+    pub expire_at: Timestamp,
+}
+
 /// The order closed unpaid; its stock and coupon are being released.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -165,6 +189,7 @@ pub struct RefundFailed {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IntegrationEvent {
     OrderPlaced(OrderPlaced),
+    OrderExpiringSoon(OrderExpiringSoon),
     OrderClosed(OrderClosed),
     OrderPaid(OrderPaid),
     LatePaymentRefundRequested(LatePaymentRefundRequested),
@@ -189,6 +214,7 @@ macro_rules! each_event {
     ($self:expr, $e:ident => $body:expr) => {
         match $self {
             IntegrationEvent::OrderPlaced($e) => $body,
+            IntegrationEvent::OrderExpiringSoon($e) => $body,
             IntegrationEvent::OrderClosed($e) => $body,
             IntegrationEvent::OrderPaid($e) => $body,
             IntegrationEvent::LatePaymentRefundRequested($e) => $body,
@@ -200,13 +226,21 @@ macro_rules! each_event {
 
 impl IntegrationEvent {
     /// Every detail type, in the order of the enum.
-    pub const DETAIL_TYPES: [&'static str; 6] =
-        ["OrderPlaced", "OrderClosed", "OrderPaid", "LatePaymentRefundRequested", "RefundCompleted", "RefundFailed"];
+    pub const DETAIL_TYPES: [&'static str; 7] = [
+        "OrderPlaced",
+        "OrderExpiringSoon",
+        "OrderClosed",
+        "OrderPaid",
+        "LatePaymentRefundRequested",
+        "RefundCompleted",
+        "RefundFailed",
+    ];
 
     /// The type name: the bus's `DetailType` and the schema's file name.
     pub fn detail_type(&self) -> &'static str {
         match self {
             Self::OrderPlaced(_) => "OrderPlaced",
+            Self::OrderExpiringSoon(_) => "OrderExpiringSoon",
             Self::OrderClosed(_) => "OrderClosed",
             Self::OrderPaid(_) => "OrderPaid",
             Self::LatePaymentRefundRequested(_) => "LatePaymentRefundRequested",
@@ -230,6 +264,7 @@ impl IntegrationEvent {
     pub fn user_id(&self) -> Option<&UserId> {
         match self {
             Self::OrderPlaced(e) => Some(&e.user_id),
+            Self::OrderExpiringSoon(e) => Some(&e.user_id),
             Self::OrderClosed(e) => Some(&e.user_id),
             Self::OrderPaid(e) => Some(&e.user_id),
             Self::LatePaymentRefundRequested(e) => e.user_id.as_ref(),
@@ -253,6 +288,7 @@ impl IntegrationEvent {
         }
         Ok(match detail_type {
             "OrderPlaced" => Self::OrderPlaced(de("OrderPlaced", detail)?),
+            "OrderExpiringSoon" => Self::OrderExpiringSoon(de("OrderExpiringSoon", detail)?),
             "OrderClosed" => Self::OrderClosed(de("OrderClosed", detail)?),
             "OrderPaid" => Self::OrderPaid(de("OrderPaid", detail)?),
             "LatePaymentRefundRequested" => Self::LatePaymentRefundRequested(de("LatePaymentRefundRequested", detail)?),
@@ -272,18 +308,27 @@ pub enum Record {
 
 /// The business facts in one change of a record: `old` and `new` are the
 /// stream record's images (`None` for an INSERT's old image, a REMOVE's new
-/// one). Only status changes are facts; a write that leaves the status as
-/// it was (a lease, a reminder note, effects bookkeeping, a counted refund
-/// try) yields nothing. The result depends on the images alone, so a
+/// one). Status changes are facts, and so is the heads-up notice appearing
+/// on an order still waiting for payment; any other write that leaves the
+/// status as it was (a lease, a reminder note, effects bookkeeping, a
+/// counted refund try) yields nothing. The result depends on the images alone, so a
 /// re-delivered record yields the very same events (and event ids).
 pub fn events_of_change(old: Option<&Record>, new: Option<&Record>) -> Vec<IntegrationEvent> {
     match (old, new) {
         (None, Some(Record::Order(o))) => vec![order_placed(o)],
+        // A final outcome is published once: a move out of a final status
+        // (which one outcome per order rules out) is not a second fact.
         (Some(Record::Order(before)), Some(Record::Order(o))) if before.status != o.status => match o.status {
+            _ if before.status.is_final() => vec![],
             OrderStatus::Closed => vec![order_closed(o)],
             OrderStatus::Paid => order_paid(o).into_iter().collect(),
             OrderStatus::PendingPayment | OrderStatus::Closing => vec![],
         },
+        (Some(Record::Order(before)), Some(Record::Order(o)))
+            if before.expiring_soon_at.is_none() && o.status == OrderStatus::PendingPayment =>
+        {
+            order_expiring_soon(o).into_iter().collect()
+        }
         (None, Some(Record::Refund(r))) => vec![refund_requested(r)],
         (Some(Record::Refund(before)), Some(Record::Refund(r))) if before.status != r.status => match r.status {
             RefundStatus::Refunded => vec![refund_completed(r)],
@@ -320,6 +365,22 @@ fn order_placed(o: &Order) -> IntegrationEvent {
         coupon_id: o.coupon_id.clone(),
         expire_at: o.expire_at,
     })
+}
+
+/// `None` unless the order carries its notice time.
+fn order_expiring_soon(o: &Order) -> Option<IntegrationEvent> {
+    Some(IntegrationEvent::OrderExpiringSoon(OrderExpiringSoon {
+        schema_version: SCHEMA_VERSION,
+        event_id: format!("OrderExpiringSoon:{}", o.order_id),
+        order_id: o.order_id.clone(),
+        version: o.version,
+        occurred_at: o.expiring_soon_at?,
+        user_id: o.user_id.clone(),
+        items: o.items.iter().map(EventLine::from).collect(),
+        amount_total: o.amount_total,
+        currency: o.currency.clone(),
+        expire_at: o.expire_at,
+    }))
 }
 
 fn order_closed(o: &Order) -> IntegrationEvent {
@@ -426,6 +487,7 @@ pub mod examples {
             expire_at: ts("2026-01-01T10:30:00.000Z"),
             expiry_rule_version: "v1".into(),
             cancel_requested_at: None,
+            expiring_soon_at: None,
             points: 0,
             payment_attempts: 0,
             closing: None,
@@ -488,6 +550,7 @@ pub mod examples {
         let closed = moved(&placed, OrderStatus::Closed, "2026-01-01T10:30:00.500Z", "expired unpaid");
         let mut paid = moved(&placed, OrderStatus::Paid, "2026-01-01T10:10:00.000Z", "payment pay_0 succeeded");
         paid.paid_by = Some(PaymentId::parse("pay_0").unwrap());
+        let noticed = Order { expiring_soon_at: Some(ts("2026-01-01T10:24:10.000Z")), ..placed.clone() };
         let pending = refund();
         let done = Refund {
             status: RefundStatus::Refunded,
@@ -507,6 +570,7 @@ pub mod examples {
         let r = |x: &Refund| Record::Refund(x.clone());
         [
             events_of_change(None, Some(&o(&placed))),
+            events_of_change(Some(&o(&placed)), Some(&o(&noticed))),
             events_of_change(Some(&o(&placed)), Some(&o(&closed))),
             events_of_change(Some(&o(&placed)), Some(&o(&paid))),
             events_of_change(None, Some(&r(&pending))),
@@ -596,6 +660,36 @@ mod tests {
     }
 
     #[test]
+    fn a_notice_appearing_on_an_unpaid_order_is_order_expiring_soon_once() {
+        let placed = order();
+        let noticed = Order { expiring_soon_at: Some(ts("2026-01-01T10:24:10.000Z")), ..placed.clone() };
+        let e = one(events_of_change(Some(&o(&placed)), Some(&o(&noticed))));
+        assert_eq!(
+            e.detail(),
+            json!({
+                "schema_version": 1, "event_id": "OrderExpiringSoon:ord_1", "order_id": "ord_1", "version": 1,
+                "occurred_at": "2026-01-01T10:24:10.000Z", "user_id": "user_1",
+                "items": [{"sku": "SKU-1", "qty": 2, "unit_price": 1250}],
+                "amount_total": 2500, "currency": "EUR", "expire_at": "2026-01-01T10:30:00.000Z"
+            })
+        );
+        // Any later write of the noticed order (a payment attempt, a lease,
+        // the close) is not a second notice.
+        let mut attempted = noticed.clone();
+        attempted.payment_attempts = 1;
+        attempted.version += 1;
+        assert!(events_of_change(Some(&o(&noticed)), Some(&o(&attempted))).is_empty());
+        let closing = moved(&noticed, OrderStatus::Closing, "2026-01-01T10:30:00.000Z", "due");
+        assert!(events_of_change(Some(&o(&noticed)), Some(&o(&closing))).is_empty());
+        let closed = moved(&closing, OrderStatus::Closed, "2026-01-01T10:30:01.000Z", "not paid");
+        assert_eq!(one(events_of_change(Some(&o(&closing)), Some(&o(&closed)))).detail_type(), "OrderClosed");
+        // A notice is never published for an order no longer waiting for
+        // payment (the store refuses to write one; the relay agrees).
+        let closing_noticed = Order { expiring_soon_at: Some(ts("2026-01-01T10:30:00.500Z")), ..closing.clone() };
+        assert!(events_of_change(Some(&o(&closing)), Some(&o(&closing_noticed))).is_empty());
+    }
+
+    #[test]
     fn a_modify_that_is_not_a_business_fact_emits_nothing() {
         let placed = order();
         // A reminder note or a version bump without a status change.
@@ -621,6 +715,11 @@ mod tests {
         let failed = Refund { status: RefundStatus::RefundFailed, tries: 5, ..pending.clone() };
         let failed_again = Refund { tries: 6, ..failed.clone() };
         assert!(events_of_change(Some(&r(&failed)), Some(&r(&failed_again))).is_empty());
+        // A move out of a final status (one outcome per order rules it
+        // out) is never a second outcome on the bus.
+        let mut paid_after_close = moved(&closed, OrderStatus::Paid, "2026-01-01T10:31:00.000Z", "impossible");
+        paid_after_close.paid_by = Some(PaymentId::parse("pay_9").unwrap());
+        assert!(events_of_change(Some(&o(&closed)), Some(&o(&paid_after_close))).is_empty());
         // Removals, and a change whose images are not the same entity.
         assert!(events_of_change(Some(&o(&placed)), None).is_empty());
         assert!(events_of_change(Some(&r(&pending)), None).is_empty());

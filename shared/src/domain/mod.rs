@@ -8,6 +8,7 @@
 pub mod catalog;
 pub mod coupon;
 pub mod events;
+pub mod expiring_soon;
 pub mod expiry_rules;
 pub mod ids;
 pub mod money;

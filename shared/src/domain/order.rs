@@ -155,6 +155,12 @@ pub struct Order {
     /// cause [`CloseReason::BuyerCancelled`], and no new payment may start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel_requested_at: Option<Timestamp>,
+    /// When the order was noticed as expiring soon (the heads-up pass's one
+    /// conditional write; the relay publishes `OrderExpiringSoon` from it).
+    /// Not a state change: it leaves `version` as it is, so a close or a
+    /// payment racing the notice never has to retry for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiring_soon_at: Option<Timestamp>,
     /// Payment attempts recorded so far. Zero means the one-write close is
     /// safe: no money can be in flight for this order.
     #[serde(default)]
@@ -360,6 +366,7 @@ mod tests {
             expire_at: Timestamp::from_unix_millis(expire_ms),
             expiry_rule_version: "v1".into(),
             cancel_requested_at: None,
+            expiring_soon_at: None,
             points: 0,
             payment_attempts: attempts,
             closing: None,

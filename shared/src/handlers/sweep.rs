@@ -1,10 +1,13 @@
-//! The sweep's scheduled trigger: run, emit the backstop metrics, answer
-//! with the report (what a manual `aws lambda invoke` prints).
+//! The sweep function's scheduled triggers, one per pass over the due
+//! index: the backstop sweep (run, emit the backstop metrics, answer with
+//! the report: what a manual `aws lambda invoke` prints) and the
+//! expiring-soon pass ([`run_expiring_soon_pass`]).
 
 use crate::aws::seconds_env;
 use crate::metrics;
 use crate::ports::{Clock, Redrive};
-use crate::store::{DueIndex, PaymentStore};
+use crate::store::{DueIndex, ExpiringSoonNotices, PaymentStore};
+use crate::usecases::expiring_soon::{notice_expiring_soon, NoticeConfig};
 use crate::usecases::sweep::{emit_metrics, sweep, SweepConfig};
 use serde_json::{json, Value};
 
@@ -84,5 +87,81 @@ async fn count_failed_refunds<S: PaymentStore>(store: &S) -> Option<usize> {
             tracing::error!(error = %crate::error::error_chain(&e), "failed refunds not counted");
             None
         }
+    }
+}
+
+/// Which pass a scheduled invocation of the sweep function asks for: the
+/// backstop sweep (the `rate(SweepPeriodMinutes)` schedule sends no
+/// input), or the expiring-soon pass (its own `rate(1 minute)` schedule
+/// sends `{"pass":"expiring-soon"}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    Sweep,
+    ExpiringSoon,
+}
+
+/// Reads the pass from the invocation's input. An input naming an unknown
+/// pass is refused (the invocation fails, visible in its Errors), never
+/// taken for the sweep.
+pub fn pass_of(input: &Value) -> Result<Pass, String> {
+    match input.get("pass").map(|p| p.as_str()) {
+        None => Ok(Pass::Sweep),
+        Some(Some("sweep")) => Ok(Pass::Sweep),
+        Some(Some("expiring-soon")) => Ok(Pass::ExpiringSoon),
+        Some(other) => Err(format!("unknown pass {other:?}: expected \"sweep\" or \"expiring-soon\"")),
+    }
+}
+
+/// `EXPIRING_SOON_LEAD_SECONDS` (optional, default 300): 0 turns the
+/// notices off; otherwise at least the pass period (one minute), or the
+/// pass could reach an order only after it expired.
+pub fn notice_config_from_env() -> Result<NoticeConfig, lambda_runtime::Error> {
+    let mut cfg = NoticeConfig::default();
+    if std::env::var("EXPIRING_SOON_LEAD_SECONDS").is_ok() {
+        cfg.lead = seconds_env("EXPIRING_SOON_LEAD_SECONDS")?;
+    }
+    if !cfg.lead.is_zero() && cfg.lead < cfg.period {
+        return Err(format!(
+            "EXPIRING_SOON_LEAD_SECONDS must be 0 (no notices) or at least {} (the pass period), got {}",
+            cfg.period.as_secs(),
+            cfg.lead.as_secs()
+        )
+        .into());
+    }
+    Ok(cfg)
+}
+
+/// One run of the expiring-soon pass: the report as the answer, the count
+/// of orders noticed as a metric. Writes that failed fail the invocation
+/// (after the rest were done), so the function's Errors show them; the
+/// next run tries them again.
+pub async fn run_expiring_soon_pass<S: DueIndex + ExpiringSoonNotices>(
+    store: &S,
+    clock: &dyn Clock,
+    cfg: &NoticeConfig,
+) -> Result<Value, lambda_runtime::Error> {
+    let report = notice_expiring_soon(store, clock, cfg).await?;
+    metrics::ORDER_EXPIRING_SOON.count(report.noticed as u64);
+    if report.failed > 0 {
+        return Err(
+            format!("{} of {} notices failed; the next run tries them again", report.failed, report.seen).into()
+        );
+    }
+    metrics::EXPIRING_SOON_PASS_COMPLETED.count(1);
+    Ok(serde_json::to_value(&report)?)
+}
+
+#[cfg(test)]
+mod pass_tests {
+    use super::*;
+
+    #[test]
+    fn the_input_names_the_pass_and_an_unknown_one_is_refused() {
+        assert_eq!(pass_of(&json!({})), Ok(Pass::Sweep));
+        assert_eq!(pass_of(&json!({"source": "aws.scheduler"})), Ok(Pass::Sweep));
+        assert_eq!(pass_of(&json!({"pass": "sweep"})), Ok(Pass::Sweep));
+        assert_eq!(pass_of(&json!({"pass": "expiring-soon"})), Ok(Pass::ExpiringSoon));
+        assert!(pass_of(&json!({"pass": "expiring_soon"})).unwrap_err().contains("unknown pass"));
+        assert!(pass_of(&json!({"pass": 3})).is_err());
     }
 }

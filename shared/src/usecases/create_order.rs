@@ -251,6 +251,7 @@ impl<S: OrderStore> CreateOrder<S> {
             expire_at: now.plus(window),
             expiry_rule_version,
             cancel_requested_at: None,
+            expiring_soon_at: None,
             payment_attempts: 0,
             closing: None,
             paid_by: None,

@@ -5,6 +5,7 @@ pub mod cancel_order;
 pub mod channel_events;
 pub mod close_order;
 pub mod create_order;
+pub mod expiring_soon;
 pub mod expiry_rules;
 pub mod force_check;
 pub mod my_orders;

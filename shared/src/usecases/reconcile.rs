@@ -619,6 +619,7 @@ mod tests {
             expire_at: Timestamp::from_unix_millis(1),
             expiry_rule_version: "v".into(),
             cancel_requested_at: None,
+            expiring_soon_at: None,
             points: 0,
             payment_attempts: 1,
             closing: None,
