@@ -3,7 +3,9 @@
 //! lifecycle produces exactly its event types, with increasing versions,
 //! each valid against its schema in `events/schemas/`; a relay retry loses
 //! nothing and duplicates no effect; the example subscriber stack
-//! (`infra/subscriber.yaml`) receives its buyers' events.
+//! (`infra/subscriber.yaml`) receives its buyers' events, the heads-up
+//! before expiry (`OrderExpiringSoon`) among them, once and before the
+//! close, and none for an order paid before it.
 
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -112,10 +114,13 @@ fn types(events: &[Value]) -> Vec<String> {
     events.iter().map(|e| e["detail-type"].as_str().unwrap().to_owned()).collect()
 }
 
+/// The versions of an order's state events increase. The heads-up is a
+/// reminder, not a state: it carries the version the order had when
+/// noticed (the notice is no state change), so it is left out.
 fn versions_increase(events: &[Value]) {
     let order_events: Vec<u64> = events
         .iter()
-        .filter(|e| e["detail-type"].as_str().unwrap().starts_with("Order"))
+        .filter(|e| e["detail-type"].as_str().unwrap().starts_with("Order") && e["detail-type"] != "OrderExpiringSoon")
         .map(|e| e["detail"]["version"].as_u64().unwrap())
         .collect();
     assert!(order_events.windows(2).all(|w| w[0] < w[1]), "versions {order_events:?}");
@@ -127,32 +132,98 @@ async fn seeded(api: &Api, prefix: &str) -> String {
     sku
 }
 
+/// The stack's heads-up lead (`ExpiringSoonLeadSeconds`).
+fn lead_seconds() -> u64 {
+    stack_env("EXPIRING_SOON_LEAD_SECONDS").parse().expect("EXPIRING_SOON_LEAD_SECONDS in .local/stack.env")
+}
+
+/// Two orders of `user` for `sku` made under a published rule giving it a
+/// window of twice the lead (the shortest that gets a heads-up). The rules
+/// are shared with the tests running beside this one, which may publish
+/// in between: then both are made again until both are under this rule.
+async fn two_orders_with_a_heads_up_window(api: &Api, user: &str, sku: &str) -> (Value, Value) {
+    let window = 2 * lead_seconds();
+    for _ in 0..5 {
+        let body = json!({"rules": [{"sku": sku, "window_seconds": window}]}).to_string();
+        let published = api.send("PUT", "/admin/expiry-rules", &[], Some(&body), true).await;
+        assert_eq!(published.status, 200, "{published:?}");
+        let mut orders = Vec::new();
+        for _ in 0..2 {
+            let mut body = order_body(user, sku, 1, None);
+            body["items"][0].as_object_mut().unwrap().remove("unit_price");
+            let r = api.create_order(&unique("key"), &body).await;
+            assert_eq!(r.status, 201, "{r:?}");
+            orders.push(r.body);
+        }
+        if orders.iter().all(|o| o["expiry_rule_version"] == published.body["expiry_rule_version"]) {
+            let second = orders.pop().unwrap();
+            return (orders.pop().unwrap(), second);
+        }
+    }
+    panic!("another publication kept coming between this test's publication and its orders");
+}
+
+fn at(v: &Value) -> time::OffsetDateTime {
+    time::OffsetDateTime::parse(v.as_str().unwrap(), &time::format_description::well_known::Rfc3339).unwrap()
+}
+
+/// The example subscriber (infra/subscriber.yaml, deployed by the local run
+/// for one buyer) is read by this test alone: two tests reading one queue
+/// would take each other's messages.
 #[tokio::test]
-async fn an_unpaid_order_publishes_placed_then_closed_to_the_example_subscriber() {
+async fn an_unpaid_order_publishes_placed_expiring_soon_then_closed_to_the_example_subscriber_and_a_paid_one_no_heads_up(
+) {
     let api = Api::new();
     let sku = seeded(&api, "ev-unpaid").await;
-    // infra/subscriber.yaml, deployed by the local run, takes the events of
-    // one buyer, made by the local run too.
     let user = stack_env("SUBSCRIBER_BUYER");
-    let r = api.create_order(&unique("key"), &order_body(&user, &sku, 2, None)).await;
-    assert_eq!(r.status, 201, "{r:?}");
-    let id = r.body["order_id"].as_str().unwrap().to_owned();
+    let (unpaid, paid) = two_orders_with_a_heads_up_window(&api, &user, &sku).await;
+    let id = unpaid["order_id"].as_str().unwrap().to_owned();
+    let paid_id = paid["order_id"].as_str().unwrap().to_owned();
+    let pay = api.start_payment(&paid_id).await;
+    assert_eq!(pay.status, 201, "{pay:?}");
+    let s =
+        api.settle(pay.body["payment_id"].as_str().unwrap(), &json!({"outcome": "SUCCEEDED", "notify": true})).await;
+    assert_eq!(s.status, 200, "{s:?}");
+
     let mut sub = Subscriber::existing(stack_env("SUBSCRIBER_QUEUE_URL")).await;
-    let got = sub.wait_for(&id, &["OrderPlaced", "OrderClosed"], settle_timeout()).await;
+    let timeout = Duration::from_secs(2 * lead_seconds()) + settle_timeout();
+    let got = sub.wait_for(&id, &["OrderPlaced", "OrderExpiringSoon", "OrderClosed"], timeout).await;
     let events = distinct_valid(&got);
-    assert_eq!(types(&events), ["OrderPlaced", "OrderClosed"], "{events:#?}");
+    assert_eq!(types(&events), ["OrderPlaced", "OrderExpiringSoon", "OrderClosed"], "{events:#?}");
     versions_increase(&events);
+    // The heads-up arrived once (one event id, however often delivered),
+    // before the close, about the lead before expire_at.
+    let received: Vec<&str> = got.iter().filter_map(|e| e["detail-type"].as_str()).collect();
+    let first = |t: &str| received.iter().position(|r| *r == t).unwrap();
+    assert!(first("OrderExpiringSoon") < first("OrderClosed"), "received in the order {received:?}");
+    let heads_up = &events[1]["detail"];
+    assert_eq!(heads_up["event_id"], json!(format!("OrderExpiringSoon:{id}")));
+    assert_eq!((&heads_up["expire_at"], &heads_up["amount_total"]), (&unpaid["expire_at"], &unpaid["amount_total"]));
+    let before = (at(&unpaid["expire_at"]) - at(&heads_up["occurred_at"])).whole_seconds();
+    // A pass a minute, which looks a minute ahead; the emulator's scheduler
+    // ticks every 10 s.
+    let lead = lead_seconds() as i64;
+    assert!(before > 0 && before <= lead + 60 + 15, "noticed {before} s before expire_at (lead {lead} s)");
+    let admin = api.admin_order(&id).await.body;
+    assert_eq!(admin["expiring_soon_at"], heads_up["occurred_at"], "the notice is on the record");
+
     let placed = &events[0]["detail"];
     assert_eq!((placed["version"].clone(), placed["user_id"].clone()), (json!(1), json!(api.user_id(&user).await)));
-    assert_eq!(placed["expire_at"], r.body["expire_at"]);
-    let closed = &events[1]["detail"];
-    assert_eq!(closed["items"][0]["qty"], 2);
+    assert_eq!(placed["expire_at"], unpaid["expire_at"]);
+    let closed = &events[2]["detail"];
+    assert_eq!(closed["items"][0]["qty"], 1);
     assert!(closed["cause"].as_str().unwrap().contains("expired"), "{closed}");
     // The fact's own time, not the publication time: the CLOSED history entry.
-    let admin = api.admin_order(&id).await.body;
     let into_closed = admin["history"].as_array().unwrap().iter().find(|h| h["to"] == "CLOSED").unwrap().clone();
     assert_eq!(closed["occurred_at"], into_closed["at"]);
     assert_eq!(closed["version"], admin["version"]);
+
+    // The paid order, made with it, is past its heads-up time by now: it
+    // published its payment and never a heads-up.
+    let got = sub.wait_for(&paid_id, &["OrderPlaced", "OrderPaid"], settle_timeout()).await;
+    let paid_events = distinct_valid(&got);
+    assert_eq!(types(&paid_events), ["OrderPlaced", "OrderPaid"], "{paid_events:#?}");
+    assert_eq!(api.admin_order(&paid_id).await.body["expiring_soon_at"], Value::Null);
 }
 
 #[tokio::test]

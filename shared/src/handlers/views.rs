@@ -73,6 +73,10 @@ pub fn admin_order_view(r: &OrderRecord) -> Value {
     v["payment_attempts"] = json!(o.payment_attempts);
     v["closing"] = json!(o.closing);
     v["paid_by"] = json!(o.paid_by);
+    if let Some(at) = o.expiring_soon_at {
+        // When the heads-up pass noticed it (OrderExpiringSoon published).
+        v["expiring_soon_at"] = json!(at);
+    }
     v["history"] = json!(o.history);
     v["checks"] = json!(o.checks);
     v["reservations"] = r.reservations.iter().map(|r| holding_view(r, None)).collect();
