@@ -15,6 +15,7 @@ use order_core::store::*;
 use order_core::usecases::cancel_order::{cancel_order, CancelOutcome};
 use order_core::usecases::close_order::{CloseOrder, CloseOutcome, DEFAULT_CLOSE_BUDGET};
 use order_core::usecases::create_order::CreateOrder;
+use order_core::usecases::expiring_soon::{notice_expiring_soon, NoticeConfig};
 use order_core::usecases::my_orders::{list_orders, ListQuery};
 use order_core::usecases::payments::StartPayment;
 use order_core::usecases::refunds::{process_refund, RefundOutcome};
@@ -366,6 +367,35 @@ async fn cancelled(w: &World) -> (Vec<Step>, Order) {
     (steps, o)
 }
 
+/// Never paid, with the heads-up: two runs of the expiring-soon pass look
+/// at it (the first notices it, the next is refused), then the close and
+/// the release as in [`never_paid`]. The pass's queries are per run (one
+/// per OPEN shard, whatever the number of orders), the writes per order.
+/// The lead is 30 s so that the bench's 60 s window gets a notice (the
+/// stack's minimum is 60 s; the writes do not depend on it).
+async fn noticed(w: &World) -> (Vec<Step>, Order) {
+    let mut steps = Vec::new();
+    w.clock.set(T0);
+    let o = w.create(None).await;
+    w.step("create", &mut steps);
+    let cfg = NoticeConfig { lead: Duration::from_secs(30), ..NoticeConfig::default() };
+    w.clock.set(o.expire_at.unix_millis() - 45_000);
+    let first = notice_expiring_soon(&w.store, &w.clock, &cfg).await.unwrap();
+    assert_eq!(first.noticed, 1, "{first:?}");
+    w.step("expiring-soon pass: notice", &mut steps);
+    w.clock.set(o.expire_at.unix_millis() - 5_000);
+    let next = notice_expiring_soon(&w.store, &w.clock, &cfg).await.unwrap();
+    assert_eq!((next.seen, next.refused), (1, 1), "{next:?}");
+    w.step("next pass: looked again, refused", &mut steps);
+    w.clock.set(o.expire_at.unix_millis());
+    assert_eq!(w.close(&o).await, CloseOutcome::Closed);
+    w.step("close", &mut steps);
+    let r = release_order(&w.store, &w.clock, &o.order_id).await.unwrap();
+    assert_eq!(r.refused, 0);
+    w.step("release", &mut steps);
+    (steps, o)
+}
+
 #[tokio::main]
 async fn main() {
     println!(
@@ -392,6 +422,13 @@ async fn main() {
     let w = World::new().await;
     let (s, o) = cancelled(&w).await;
     print_path("cancelled by the buyer → closed and released; one list page", &s, &w.item_sizes(&o, None).await);
+    let w = World::new().await;
+    let (s, o) = noticed(&w).await;
+    print_path(
+        "noticed as expiring soon (two pass runs), never paid → closed and released",
+        &s,
+        &w.item_sizes(&o, None).await,
+    );
     let w = World::every_holding().await;
     let (s, o) = never_paid(&w, None).await;
     print_path(
