@@ -380,11 +380,11 @@ async fn noticed(w: &World) -> (Vec<Step>, Order) {
     w.step("create", &mut steps);
     let cfg = NoticeConfig { lead: Duration::from_secs(30), ..NoticeConfig::default() };
     w.clock.set(o.expire_at.unix_millis() - 45_000);
-    let first = notice_expiring_soon(&w.store, &w.clock, &cfg).await.unwrap();
+    let first = notice_expiring_soon(&w.store, &w.clock, &cfg).await;
     assert_eq!(first.noticed, 1, "{first:?}");
     w.step("expiring-soon pass: notice", &mut steps);
     w.clock.set(o.expire_at.unix_millis() - 5_000);
-    let next = notice_expiring_soon(&w.store, &w.clock, &cfg).await.unwrap();
+    let next = notice_expiring_soon(&w.store, &w.clock, &cfg).await;
     assert_eq!((next.seen, next.refused), (1, 1), "{next:?}");
     w.step("next pass: looked again, refused", &mut steps);
     w.clock.set(o.expire_at.unix_millis());

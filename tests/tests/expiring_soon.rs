@@ -1,6 +1,7 @@
 //! The heads-up before expiry on the real store (DynamoDB Local), with the
 //! clock faked: which orders a pass notices, that each is noticed once
-//! (passes repeated or at once), that the notice leaves the order's version
+//! (passes repeated or at once, a write sent again after its answer was
+//! lost), that the notice leaves the order's version
 //! (a close that read the order before it still applies), and the orders
 //! that never get one (a short window, final, closing, cancel asked, past
 //! `expire_at`).
@@ -56,7 +57,7 @@ impl World {
 
     async fn pass(&self) -> NoticeReport {
         let cfg = NoticeConfig { lead: LEAD, ..NoticeConfig::default() };
-        notice_expiring_soon(&self.store, &self.clock, &cfg).await.unwrap()
+        notice_expiring_soon(&self.store, &self.clock, &cfg).await
     }
 
     async fn now_order(&self, o: &Order) -> Order {
@@ -109,7 +110,11 @@ async fn two_passes_at_once_notice_each_order_once() {
         orders.push(w.order(600).await);
     }
     w.at(500);
-    let (a, b) = tokio::join!(w.pass(), w.pass());
+    // The second run's clock a millisecond on: a run that finds its own
+    // notice (same time) takes it for its own lost answer.
+    let later = FixedClock::at(T0 + 500_001);
+    let cfg = NoticeConfig { lead: LEAD, ..NoticeConfig::default() };
+    let (a, b) = tokio::join!(w.pass(), notice_expiring_soon(&w.store, &later, &cfg));
     assert_eq!(a.noticed + b.noticed, 12, "{a:?} {b:?}");
     assert_eq!(a.refused + b.refused, 12, "each order's second write refused: {a:?} {b:?}");
     for o in &orders {
@@ -188,7 +193,23 @@ async fn a_zero_lead_notices_nothing() {
     let o = w.order(600).await;
     w.at(500);
     let cfg = NoticeConfig { lead: Duration::ZERO, ..NoticeConfig::default() };
-    let r = notice_expiring_soon(&w.store, &w.clock, &cfg).await.unwrap();
+    let r = notice_expiring_soon(&w.store, &w.clock, &cfg).await;
     assert_eq!(r, NoticeReport::default());
     assert_eq!(w.now_order(&o).await.expiring_soon_at, None);
+}
+
+#[tokio::test]
+async fn a_notice_sent_again_after_its_answer_was_lost_is_its_own_not_a_second() {
+    let w = World::new().await;
+    let o = w.order(600).await;
+    let latest_created = o.expire_at.minus(LEAD * 2);
+    let now = o.expire_at.minus(LEAD);
+    let notice = |at: Timestamp| w.store.notice_expiring_soon(&o.order_id, o.expire_at, latest_created, at);
+    assert_eq!(notice(now).await.unwrap(), Cas::Applied);
+    // The SDK sends the same request again: the stored notice is this
+    // write's own, so it counts as applied; nothing is written twice.
+    assert_eq!(notice(now).await.unwrap(), Cas::Applied);
+    let later = now.plus(Duration::from_millis(1));
+    assert_eq!(notice(later).await.unwrap(), Cas::Rejected, "another run's write is refused");
+    assert_eq!(w.now_order(&o).await.expiring_soon_at, Some(now));
 }

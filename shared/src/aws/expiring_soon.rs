@@ -3,12 +3,13 @@
 //! order item. Layout in `infra/data-model.md` ("The heads-up").
 
 use super::due_index::{cursor_of, due_item, item_of, DUE_INDEX};
-use super::dynamo::{is_condition_failure, key, keys, s, DynamoStore};
+use super::dynamo::{key, keys, s, send_single, DynamoStore};
 use crate::domain::{OrderId, OrderStatus, Timestamp};
 use crate::ports::Unavailable;
 use crate::store::{Cas, DueCursor, DueEntry, DuePage, ExpiringSoonNotices};
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure};
 
 #[async_trait]
 impl ExpiringSoonNotices for DynamoStore {
@@ -66,7 +67,7 @@ impl ExpiringSoonNotices for DynamoStore {
         // Why no version bump: the notice is not a state change, and a
         // close or a payment that read the order before it must not fail
         // its compare-and-swap (and retry) for a reminder's sake.
-        let res = self
+        let req = self
             .client()
             .update_item()
             .table_name(self.table())
@@ -81,11 +82,24 @@ impl ExpiringSoonNotices for DynamoStore {
             .expression_attribute_values(":expire", s(expire_at.to_string()))
             .expression_attribute_values(":now", s(now.to_string()))
             .expression_attribute_values(":latest", s(latest_created.to_string()))
-            .send()
-            .await;
-        match res {
-            Ok(_) => Ok(Cas::Applied),
-            Err(e) if is_condition_failure(&e) => Ok(Cas::Rejected),
+            // On a refusal, the item as it is: a write whose answer was
+            // lost and that the SDK sent again finds its own notice there.
+            // (Not the `write_token` of `cas`: overwriting it would hide
+            // another writer's lost answer from that writer.)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        // `send_single`: a transaction holding the order (a payment being
+        // recorded) is waited out, as for every single-item write.
+        match send_single(|| req.clone().send()).await {
+            Ok(Ok(_)) => Ok(Cas::Applied),
+            Ok(Err(e)) => {
+                let stored = e.as_service_error().and_then(|s| match s {
+                    UpdateItemError::ConditionalCheckFailedException(c) => {
+                        c.item().and_then(|i| i.get("expiring_soon_at")).and_then(|v| v.as_s().ok()).cloned()
+                    }
+                    _ => None,
+                });
+                Ok(if stored == Some(now.to_string()) { Cas::Applied } else { Cas::Rejected })
+            }
             Err(e) => Err(Unavailable::new("notice an order expiring soon", e)),
         }
     }

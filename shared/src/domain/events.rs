@@ -325,7 +325,9 @@ pub fn events_of_change(old: Option<&Record>, new: Option<&Record>) -> Vec<Integ
             OrderStatus::PendingPayment | OrderStatus::Closing => vec![],
         },
         (Some(Record::Order(before)), Some(Record::Order(o)))
-            if before.expiring_soon_at.is_none() && o.status == OrderStatus::PendingPayment =>
+            if before.expiring_soon_at.is_none()
+                && o.status == OrderStatus::PendingPayment
+                && o.cancel_requested_at.is_none() =>
         {
             order_expiring_soon(o).into_iter().collect()
         }

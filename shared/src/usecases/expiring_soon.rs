@@ -62,6 +62,9 @@ pub struct NoticeReport {
     pub refused: usize,
     /// Writes that failed (the next run tries them again).
     pub failed: usize,
+    /// Shards whose query failed (the others were still looked at; the
+    /// next run tries again).
+    pub shards_failed: usize,
     /// The run ran out of its budget before the last shard.
     pub out_of_time: bool,
 }
@@ -71,10 +74,10 @@ pub async fn notice_expiring_soon<S: DueIndex + ExpiringSoonNotices>(
     store: &S,
     clock: &dyn Clock,
     cfg: &NoticeConfig,
-) -> Result<NoticeReport, Unavailable> {
+) -> NoticeReport {
     let mut report = NoticeReport::default();
     if cfg.lead.is_zero() {
-        return Ok(report);
+        return report;
     }
     let started = clock.now();
     let (after, through) = pass_range(started, cfg.lead, cfg.period);
@@ -85,11 +88,18 @@ pub async fn notice_expiring_soon<S: DueIndex + ExpiringSoonNotices>(
             break;
         }
         report.shards += 1;
-        let orders = open_orders_due(store, &shard, after, through, cfg.page, &mut report).await?;
-        notice_each(store, clock, cfg, orders, &mut report).await;
+        // A shard that cannot be read does not keep the others from their
+        // notices (the shards are always taken in the same order).
+        match open_orders_due(store, &shard, after, through, cfg.page, &mut report).await {
+            Ok(orders) => notice_each(store, clock, cfg, orders, &mut report).await,
+            Err(e) => {
+                warn!(shard, error = %crate::error::error_chain(&e), "shard not read; the next run tries again");
+                report.shards_failed += 1;
+            }
+        }
     }
     info!(?report, %after, %through, "expiring-soon pass done");
-    Ok(report)
+    report
 }
 
 /// Every open order of `shard` due in `[after, through]`, with its due time.

@@ -153,6 +153,9 @@ pub fn timeline(r: &OrderRecord, times: &ItemTimes) -> Vec<Entry> {
     if let Some(at) = &o.cancel_requested_at {
         push(at, "order", "the buyer asked to cancel (due from now)".into());
     }
+    if let Some(at) = &o.expiring_soon_at {
+        push(at, "order", "noticed as expiring soon (OrderExpiringSoon published)".into());
+    }
     for h in &o.history {
         let from = h.from.map(|s| s.as_str()).unwrap_or("(new)");
         push(&h.at, "status", format!("{from} → {} (cause: {})", h.to.as_str(), h.cause));
@@ -258,7 +261,7 @@ fn summary(r: &OrderRecord) -> Value {
         "order_id": o.order_id, "status": o.status, "version": o.version, "user_id": o.user_id,
         "amount_total": o.amount_total, "currency": o.currency, "created_at": o.created_at,
         "expire_at": o.expire_at, "payment_attempts": o.payment_attempts, "paid_by": o.paid_by,
-        "cancel_requested_at": o.cancel_requested_at,
+        "cancel_requested_at": o.cancel_requested_at, "expiring_soon_at": o.expiring_soon_at,
     })
 }
 
