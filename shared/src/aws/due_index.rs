@@ -52,6 +52,36 @@ fn own_due_time(order: &Item, effects_grace: std::time::Duration) -> Option<Time
     }
 }
 
+impl DynamoStore {
+    /// One page of a shard of the due index, oldest first, whose `due_at`
+    /// meets `due_at_condition` (its placeholders in `times`): the query of
+    /// the sweep ([`DueIndex::due_page`]) and of the expiring-soon pass.
+    pub(super) fn due_index_query(
+        &self,
+        shard: &str,
+        due_at_condition: &str,
+        times: &[(&str, Timestamp)],
+        limit: u32,
+        start: Option<&DueCursor>,
+    ) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
+        let mut query = self
+            .client()
+            .query()
+            .table_name(self.table())
+            .index_name(DUE_INDEX)
+            .key_condition_expression(format!("due_shard = :shard AND {due_at_condition}"))
+            .expression_attribute_values(":shard", s(shard))
+            .scan_index_forward(true)
+            .limit(limit.clamp(1, 1000) as i32)
+            .set_exclusive_start_key(start.map(item_of))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        for (name, at) in times {
+            query = query.expression_attribute_values(*name, s(at.to_string()));
+        }
+        query
+    }
+}
+
 /// A page's `LastEvaluatedKey` as a cursor (every key attribute of these
 /// indexes and the table is a string), and back: shared by every index
 /// adapter (due, reconcile, buyer).
@@ -85,17 +115,7 @@ impl DueIndex for DynamoStore {
         start: Option<DueCursor>,
     ) -> Result<DuePage, DuePageError> {
         let out = self
-            .client()
-            .query()
-            .table_name(self.table())
-            .index_name(DUE_INDEX)
-            .key_condition_expression("due_shard = :shard AND due_at <= :cutoff")
-            .expression_attribute_values(":shard", s(shard))
-            .expression_attribute_values(":cutoff", s(cutoff.to_string()))
-            .scan_index_forward(true)
-            .limit(limit.clamp(1, 1000) as i32)
-            .set_exclusive_start_key(start.as_ref().map(item_of))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .due_index_query(shard, "due_at <= :cutoff", &[(":cutoff", cutoff)], limit, start.as_ref())
             .send()
             .await
             .map_err(|e| {

@@ -2,14 +2,14 @@
 //! OPEN shard of the due index, and the notice's conditional write on the
 //! order item. Layout in `infra/data-model.md` ("The heads-up").
 
-use super::due_index::{cursor_of, due_item, item_of, DUE_INDEX};
+use super::due_index::{cursor_of, due_item};
 use super::dynamo::{key, keys, s, send_single, DynamoStore};
 use crate::domain::{OrderId, OrderStatus, Timestamp};
 use crate::ports::Unavailable;
 use crate::store::{Cas, DueCursor, DueEntry, DuePage, ExpiringSoonNotices};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 
 #[async_trait]
 impl ExpiringSoonNotices for DynamoStore {
@@ -21,19 +21,9 @@ impl ExpiringSoonNotices for DynamoStore {
         limit: u32,
         start: Option<DueCursor>,
     ) -> Result<DuePage, Unavailable> {
+        let range = [(":after", after), (":through", through)];
         let out = self
-            .client()
-            .query()
-            .table_name(self.table())
-            .index_name(DUE_INDEX)
-            .key_condition_expression("due_shard = :shard AND due_at BETWEEN :after AND :through")
-            .expression_attribute_values(":shard", s(shard))
-            .expression_attribute_values(":after", s(after.to_string()))
-            .expression_attribute_values(":through", s(through.to_string()))
-            .scan_index_forward(true)
-            .limit(limit.clamp(1, 1000) as i32)
-            .set_exclusive_start_key(start.as_ref().map(item_of))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .due_index_query(shard, "due_at BETWEEN :after AND :through", &range, limit, start.as_ref())
             .send()
             .await
             .map_err(|e| Unavailable::new("query due index for orders expiring soon", e))?;
