@@ -52,7 +52,7 @@ Environment (defaults in brackets)
                                      answer is lost after it was applied (the SDK sends it
                                      again): the loadcheck drill lost-response
   COUNT_AWS_CALLS [0]                1: every function logs each AWS request it sends
-                                     (infra/count_requests.py counts them per order)
+                                     (bench/count_requests.py counts them per order)
   CLOSING_LEASE_SECONDS [35]         SWEEP_GRACE_SECONDS [5]
   EFFECTS_REDRIVE_AFTER_SECONDS [20] when the sweep re-drives a pending release/settle
   PERSIST_STATE [0]                  1: ministack saves its state on shutdown and loads it

@@ -1,7 +1,7 @@
 //! A measuring layer: an SDK interceptor that logs one line per request
 //! attempt sent to AWS (`aws_call`, with the service, the operation and
 //! the function), so that a run's requests per order can be counted from
-//! the logs (`infra/count_requests.py`, BENCHMARKS.md "Requests and
+//! the logs (`bench/count_requests.py`, BENCHMARKS.md "Requests and
 //! invocations per order"). Every attempt is a request AWS bills, a retry
 //! included, so attempts are what is counted, not operations.
 //!

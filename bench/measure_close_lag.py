@@ -7,7 +7,7 @@ P50/P95/P99/max of the time from each order's expire_at to its CLOSED entry
 in the order's own history, and from CLOSED to the reservation's release
 (`updated_at`), all written by the server. Run after `DEMO=0 infra/local.sh up`:
 
-    .venv/bin/python infra/measure_close_lag.py [--orders N]
+    .venv/bin/python bench/measure_close_lag.py [--orders N]
 
 Reads .local/stack.env (API_BASE_URL, TABLE_NAME, AWS_*). Seeds its own SKU
 directly in the table, so it works with any version of the admin API.
@@ -26,7 +26,7 @@ from datetime import datetime
 import boto3
 import boto3.dynamodb.conditions
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "infra"))
 from buyers import Buyers  # noqa: E402
 
 

@@ -10,7 +10,7 @@ in flight at once. On AWS, overlapping transactions on one item cancel each
 other with TransactionConflict; the probe shows whether the engine under
 test does. Deletes the table.
 
-    DYNAMODB_LOCAL_ENDPOINT=http://127.0.0.1:8003 .venv/bin/python infra/hot_item_probe.py
+    DYNAMODB_LOCAL_ENDPOINT=http://127.0.0.1:8003 .venv/bin/python bench/hot_item_probe.py
 """
 
 import os

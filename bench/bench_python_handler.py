@@ -1,7 +1,7 @@
 """The reference a user would otherwise pick: a Python boto3 Lambda handler
 that creates the same clients as the Rust function it stands beside.
 
-Run by infra/bench_cold_start.py under the same fake Runtime API as the
+Run by bench/bench_cold_start.py under the same fake Runtime API as the
 bootstrap, with the same environment. The runtime loop is the minimal one of
 the Lambda Runtime API (GET next, POST response or error), written with the
 standard library the way awslambdaric's loop does it, so the figure is boto3's

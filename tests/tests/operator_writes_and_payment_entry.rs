@@ -1,5 +1,4 @@
-//! The holes an adversarial review found in the operator routes, payment
-//! entry and the webhook, each pinned on DynamoDB Local: an operator write
+//! The operator routes, payment entry and the webhook on DynamoDB Local: an operator write
 //! never overrides a coupon's outcome or a live stock count, payment entry is
 //! idempotent and bounded and answers contention with 409, and a provider
 //! resending the same success cannot grow the payment item.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark 3d (issue 9): cold start, peak RSS and bootstrap size of every
 function of the release build, beside a Python boto3 handler creating the
-same clients (infra/bench_python_handler.py), in the same run, under the
+same clients (bench/bench_python_handler.py), in the same run, under the
 same fake Lambda Runtime API.
 
 For each function of template.yaml (its Handler) and each side, N times:
@@ -20,7 +20,7 @@ For each function of template.yaml (its Handler) and each side, N times:
 Medians over N runs are printed (the first run of each also warms the page
 cache; it is counted like the others). Not part of the test command.
 
-Usage: .venv/bin/python infra/bench_cold_start.py [--bootstrap PATH] [--runs N]
+Usage: .venv/bin/python bench/bench_cold_start.py [--bootstrap PATH] [--runs N]
        [--only close-order,relay] [--json out.json]
 Default bootstrap: target/lambda-x86_64/bootstrap/bootstrap, built by
 `infra/release.sh --arch x86_64 --lambda-dir target/lambda-x86_64` (the arm64
@@ -305,7 +305,7 @@ def main() -> int:
     fns = functions(endpoint)
     if args.only:
         fns = [f for f in fns if f["handler"] in args.only.split(",")]
-    python_ref = [sys.executable, os.path.join(ROOT, "infra/bench_python_handler.py")]
+    python_ref = [sys.executable, os.path.join(ROOT, "bench/bench_python_handler.py")]
     import boto3  # noqa: F401  (only its version, for the table)
 
     raw = os.path.getsize(args.bootstrap)

@@ -1,11 +1,10 @@
-//! Adversarial review of the backstop change (sweep, due index, lazy
-//! expiry, operator check) on the real store (DynamoDB Local) with the
-//! clock, channel, reminders and re-drive faked.
-//!
-//! Two groups:
-//! - `finding_*`: each demonstrates a broken invariant or a broken
-//!   documented promise. They FAIL on the current code (that is the point).
-//! - `guard_*`: attacks that held. They pass and stay as regression guards.
+//! The backstop under races and duplicates (sweep, due index, lazy expiry,
+//! operator check) on the real store (DynamoDB Local) with the clock,
+//! channel, reminders and re-drive faked: duplicate and early wake-ups leave
+//! one reminder chain, a failed re-drive is retried, the sweep keeps its
+//! budget, a payment during a close stays paid, a release racing a release
+//! returns stock once, a dead closer is found after its lease, and bad ids
+//! change nothing.
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue as Av, PutRequest, WriteRequest};
@@ -407,7 +406,7 @@ async fn a_resent_success_on_a_closed_order_is_a_duplicate_not_a_new_refund() {
 /// an operator check afterwards all acknowledge PAID; nothing is released;
 /// exactly one final transition.
 #[tokio::test]
-async fn guard_paid_while_closing_and_held_stays_paid_and_releases_nothing() {
+async fn paid_while_closing_and_held_stays_paid_and_releases_nothing() {
     let w = World::new().await;
     let o = w.order().await;
     let a = w.with_attempt(&o).await;
@@ -434,7 +433,7 @@ async fn guard_paid_while_closing_and_held_stays_paid_and_releases_nothing() {
 /// Invariant 4: release re-driven by the sweep and by the stream at the
 /// same time returns the stock exactly once and leaves the index.
 #[tokio::test]
-async fn guard_concurrent_release_by_sweep_and_stream_returns_stock_once() {
+async fn concurrent_release_by_sweep_and_stream_returns_stock_once() {
     let w = World::new().await;
     let o = w.order().await;
     w.clock.set(T0 + WINDOW_MS);
@@ -455,7 +454,7 @@ async fn guard_concurrent_release_by_sweep_and_stream_returns_stock_once() {
 /// (or the webhook) already closed the order becomes a refund, never a
 /// revival, and CLOSED appears once in the history.
 #[tokio::test]
-async fn guard_late_success_on_a_closed_order_is_refunded_and_indexed() {
+async fn late_success_on_a_closed_order_is_refunded_and_indexed() {
     let w = World::new().await;
     let o = w.order().await;
     let a = w.with_attempt(&o).await;
@@ -479,7 +478,7 @@ async fn guard_late_success_on_a_closed_order_is_refunded_and_indexed() {
 /// completes it: the re-drive's conditional write is refused once it is
 /// REFUNDED, the entry has left the index, and a second delivery is a no-op.
 #[tokio::test]
-async fn guard_refund_redrive_racing_the_worker_is_harmless() {
+async fn refund_redrive_racing_the_worker_is_harmless() {
     let w = World::new().await;
     let o = w.order().await;
     let a = w.with_attempt(&o).await;
@@ -504,7 +503,7 @@ async fn guard_refund_redrive_racing_the_worker_is_harmless() {
 /// check on a DUE order give one close, one CLOSED transition, and leave
 /// no reminder chain behind.
 #[tokio::test]
-async fn guard_duplicate_reminders_on_a_due_order_close_once() {
+async fn duplicate_reminders_on_a_due_order_close_once() {
     let w = World::new().await;
     let o = w.order().await;
     w.clock.set(T0 + WINDOW_MS + 1_000);
@@ -528,7 +527,7 @@ async fn guard_duplicate_reminders_on_a_due_order_close_once() {
 /// next closer resumes (never reverts to PENDING_PAYMENT), and an unknown
 /// channel keeps everything held.
 #[tokio::test]
-async fn guard_a_dead_closer_is_found_by_the_sweep_after_its_lease_and_nothing_is_released_while_unknown() {
+async fn a_dead_closer_is_found_by_the_sweep_after_its_lease_and_nothing_is_released_while_unknown() {
     let w = World::new().await;
     let o = w.order().await;
     let a = w.with_attempt(&o).await;
@@ -561,7 +560,7 @@ async fn guard_a_dead_closer_is_found_by_the_sweep_after_its_lease_and_nothing_i
 
 /// Bad ids and unknown orders on every entry point the backstop uses.
 #[tokio::test]
-async fn guard_bad_and_unknown_ids_change_nothing() {
+async fn bad_and_unknown_ids_change_nothing() {
     let w = World::new().await;
     for bad in ["", "ord#x", "ORDER#ord_1", "../x", "a b"] {
         assert!(force_check(&w.closer(), bad, "ops").await.is_err(), "{bad:?}");

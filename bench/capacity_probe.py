@@ -3,7 +3,7 @@
 KEYS_ONLY GSI on $DYNAMODB_LOCAL_ENDPOINT, prints what each call reports
 with ReturnConsumedCapacity, and deletes the table.
 
-    DYNAMODB_LOCAL_ENDPOINT=http://127.0.0.1:8005 .venv/bin/python infra/capacity_probe.py
+    DYNAMODB_LOCAL_ENDPOINT=http://127.0.0.1:8005 .venv/bin/python bench/capacity_probe.py
 """
 
 import os

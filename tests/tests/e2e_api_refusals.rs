@@ -1,5 +1,6 @@
-//! The review's API holes through the deployed stack (HTTP API → Lambda →
-//! DynamoDB): what the handlers answer, not only what the use cases decide.
+//! The API's refusals through the deployed stack (HTTP API → Lambda →
+//! DynamoDB): what the handlers answer to bad input, not only what the use
+//! cases decide.
 
 use serde_json::json;
 use system_tests::{order_body, unique, Api};

@@ -1,5 +1,8 @@
-//! Adversarial checks of the production profile (issue 8): buyer identity,
-//! catalog prices, body limits and the published contracts around them.
+//! The production profile's promises that need no stack: events of a buyer
+//! with an OIDC subject validate against their schemas, every function that
+//! settles a payment may run its transaction's condition check, a prod stack
+//! refuses the emulator-only API id, and OIDC subjects keep idempotency keys
+//! and coupons per buyer (DynamoDB Local).
 
 use order_core::domain::events::examples::one_of_each;
 use serde_json::{json, Value};

@@ -18,7 +18,7 @@ a provider), are printed apart and left out of the per-order figures;
 `--include` puts one back.
 
     set -a; . .local/stack.env; set +a
-    .venv/bin/python infra/count_requests.py --since 2026-12-03T18:20:00Z --until 2026-12-03T18:25:00Z --orders 200
+    .venv/bin/python bench/count_requests.py --since 2026-12-03T18:20:00Z --until 2026-12-03T18:25:00Z --orders 200
 """
 from __future__ import annotations
 
