@@ -94,19 +94,19 @@ def parse(ts):
     return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
 
 
-def main():
-    global BUYERS
-    BUYERS = Buyers()
-    run = uuid.uuid4().hex[:6]
+def seed(run):
+    """Stock for five units of one SKU and a coupon for alice."""
     sku, coupon = f"DEMO-MUG-{run}", f"DEMO-WELCOME-{run}"
-    window = os.environ.get("PAYMENT_WINDOW_SECONDS", "?")
-    say(f"API base URL {BASE}; payment window {window}s")
     stock = must(call("PUT", f"/admin/skus/{sku}", {"available": 5, "price": 1299, "currency": "EUR"}, signed=True), 200)
     say(f"seeded stock {sku}: {stock}")
     alice_id = BUYERS.sign_in("alice")[1]
     must(call("PUT", f"/admin/coupons/{coupon}", {"user_id": alice_id, "valid_until": "2099-01-01T00:00:00Z"}, signed=True), 200)
     say(f"seeded coupon {coupon} for alice")
+    return sku, coupon
 
+
+def create_orders(run, sku, coupon):
+    """Three orders taking all five units; a sixth unit is refused."""
     orders = []
     for user, qty, cpn in [("alice", 2, coupon), ("bob", 1, None), ("carol", 2, None)]:
         body = {"currency": "EUR", "items": [{"sku": sku, "qty": qty, "unit_price": 1299}]}
@@ -121,8 +121,11 @@ def main():
     say(f"a sixth unit is refused: HTTP {over[0]} {over[1]['error']['code']}")
     say(f"stock now {must(call('GET', f'/admin/skus/{sku}', signed=True), 200)}; coupon "
         f"{must(call('GET', f'/admin/coupons/{coupon}', signed=True), 200)['state']}")
+    return orders
 
-    paid = orders[1]
+
+def pay_through_stripe(run, paid):
+    """bob pays by card at localstripe; the webhook makes the order PAID."""
     attempt = must(call("POST", f"/orders/{paid['order_id']}/payments", {"channel": "stripe"},
                         {"Idempotency-Key": f"demo-{run}-pay"}, buyer="bob"), 201)
     intent_id = attempt["client_secret"].split("_secret_")[0]
@@ -140,8 +143,9 @@ def main():
         sys.exit(f"[demo] {paid['order_id']} is not PAID after the Stripe webhook (see infra/local.sh logs)")
     say(f"{paid['order_id']} PAID (Stripe's payment_intent.succeeded webhook, checked against the intent)")
 
-    say("leaving the other orders unpaid; waiting for their wake-ups ...")
-    deadline = time.time() + int(window if window.isdigit() else 30) + 120
+
+def wait_for_closes(orders, paid, deadline):
+    """Each unpaid order CLOSED, with its lag after expire_at."""
     pending = {o["order_id"] for o in orders if o is not paid}
     while pending and time.time() < deadline:
         for oid in sorted(pending):
@@ -157,6 +161,9 @@ def main():
     if pending:
         sys.exit(f"[demo] not closed in time: {sorted(pending)} (see infra/local.sh logs)")
 
+
+def wait_for_release(sku, coupon, deadline):
+    """The closed orders' units and the coupon back; bob's unit sold."""
     while time.time() < deadline:
         s = must(call("GET", f"/admin/skus/{sku}", signed=True), 200)
         c = must(call("GET", f"/admin/coupons/{coupon}", signed=True), 200)
@@ -166,6 +173,9 @@ def main():
     else:
         sys.exit("[demo] stock or coupon not released in time")
     say(f"stock: the closed orders' units back, bob's sold: {s}; coupon {coupon}: {c['state']} ({c.get('reason', '')})")
+
+
+def show_orders_and_next_steps(orders, sku):
     for o in orders:
         v = must(call("GET", f"/orders/{o['order_id']}", buyer=OWNERS[o["order_id"]]), 200)
         items = ", ".join(f"{i['sku']} x{i['qty']} {i['reservation']}" for i in v["items"])
@@ -176,6 +186,23 @@ def main():
     print(f"  curl -s -X POST {BASE}/orders -H \"Authorization: Bearer $ACCESS_TOKEN\" -H 'Idempotency-Key: my-key-1' \\")
     print(f"       -H 'content-type: application/json' -d '{{\"currency\":\"EUR\",\"items\":[{{\"sku\":\"{sku}\",\"qty\":1}}]}}'")
     print("  infra/local.sh down    # stop it")
+
+
+def main():
+    global BUYERS
+    BUYERS = Buyers()
+    run = uuid.uuid4().hex[:6]
+    window = os.environ.get("PAYMENT_WINDOW_SECONDS", "?")
+    say(f"API base URL {BASE}; payment window {window}s")
+    sku, coupon = seed(run)
+    orders = create_orders(run, sku, coupon)
+    paid = orders[1]
+    pay_through_stripe(run, paid)
+    say("leaving the other orders unpaid; waiting for their wake-ups ...")
+    deadline = time.time() + int(window if window.isdigit() else 30) + 120
+    wait_for_closes(orders, paid, deadline)
+    wait_for_release(sku, coupon, deadline)
+    show_orders_and_next_steps(orders, sku)
 
 
 if __name__ == "__main__":
