@@ -271,7 +271,9 @@ fn atx_heading(line: &str) -> Option<&str> {
 /// Whether a line underlines the line before it as a heading (setext).
 fn setext_underline(line: &str) -> bool {
     let t = line.trim();
-    !t.is_empty() && line.len() - line.trim_start().len() <= 3 && (t.chars().all(|c| c == '=') || t.chars().all(|c| c == '-'))
+    !t.is_empty()
+        && line.len() - line.trim_start().len() <= 3
+        && (t.chars().all(|c| c == '=') || t.chars().all(|c| c == '-'))
 }
 
 fn scan(markdown: &str) -> Scanned {
@@ -423,9 +425,9 @@ fn broken_links(root: &Path) -> Vec<String> {
             }
             let anchors = match scans.get(&target) {
                 Some(s) => &s.anchors,
-                None => anchors_of_other.entry(target.clone()).or_insert_with(|| {
-                    scan(&std::fs::read_to_string(&on_disk).unwrap_or_default()).anchors
-                }),
+                None => anchors_of_other
+                    .entry(target.clone())
+                    .or_insert_with(|| scan(&std::fs::read_to_string(&on_disk).unwrap_or_default()).anchors),
             };
             if !anchors.contains(&fragment) {
                 broken.push(format!("{where_}: {} has no heading or anchor #{fragment}", target.display()));
@@ -454,16 +456,20 @@ fn every_relative_link_and_anchor_in_the_markdown_resolves() {
 fn slugs_follow_githubs_rules() {
     assert_eq!(slug("Quick start"), "quick-start");
     assert_eq!(slug("How fast does an order close?"), "how-fast-does-an-order-close");
-    assert_eq!(slug("Pieces, retries and the merged report (why SQS, not Step Functions)"),
-        "pieces-retries-and-the-merged-report-why-sqs-not-step-functions");
+    assert_eq!(
+        slug("Pieces, retries and the merged report (why SQS, not Step Functions)"),
+        "pieces-retries-and-the-merged-report-why-sqs-not-step-functions"
+    );
     assert_eq!(slug("`OrderExpiringSoon`: the heads-up before expiry"), "orderexpiringsoon-the-heads-up-before-expiry");
     assert_eq!(slug("The due index (GSI `due-index`): open orders"), "the-due-index-gsi-due-index-open-orders");
     assert_eq!(slug("Webhook: `POST /payments/stripe/notify`"), "webhook-post-paymentsstripenotify");
     assert_eq!(slug("A — B"), "a--b");
     assert_eq!(slug("snake_case stays"), "snake_case-stays");
     assert_eq!(slug("See [the docs](docs/x.md) here"), "see-the-docs-here");
-    assert_eq!(slug("What ministack does differently (measured with ministack 1.5.33)"),
-        "what-ministack-does-differently-measured-with-ministack-1533");
+    assert_eq!(
+        slug("What ministack does differently (measured with ministack 1.5.33)"),
+        "what-ministack-does-differently-measured-with-ministack-1533"
+    );
 }
 
 #[test]
