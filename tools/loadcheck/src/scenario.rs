@@ -516,9 +516,13 @@ impl Driver<'_> {
                 sleep_until(expire_at + Duration::from_millis(300)).await;
                 self.payment_after_expiry(id, key).await;
             }
-            Plan::Drill(Drilled::ChannelTimeout) => self.channel_timeout(id, amount, key, expire_at, opts).await,
+            Plan::Drill(Drilled::ChannelTimeout) => {
+                self.channel_timeout(id, amount, key, expire_at + opts.channel_outage).await
+            }
             Plan::Drill(Drilled::SlowChannel) => self.slow_channel(id, amount, key, expire_at).await,
-            Plan::Drill(Drilled::ChannelNotFound) => self.channel_not_found(id, amount, key, expire_at, opts).await,
+            Plan::Drill(Drilled::ChannelNotFound) => {
+                self.channel_not_found(id, amount, key, expire_at + opts.channel_outage).await
+            }
         }
     }
 }
@@ -652,33 +656,31 @@ impl Driver<'_> {
         }
     }
 
-    async fn channel_timeout(
+    /// A payment whose channel answers the close's query with `query` (a
+    /// fault) until `until`: the attempt, once that time has come.
+    async fn channel_fault(
         &mut self,
         id: &str,
         amount: i64,
         key: &str,
-        expire_at: OffsetDateTime,
-        opts: &DriveOptions,
-    ) {
-        let Some(a) = self.start_payment(id, amount, key).await else { return };
-        self.settle(&a, json!({"faults": {"query": "timeout"}})).await;
-        sleep_until(expire_at + opts.channel_outage).await;
+        query: &str,
+        until: OffsetDateTime,
+    ) -> Option<Attempt> {
+        let a = self.start_payment(id, amount, key).await?;
+        self.settle(&a, json!({"faults": {"query": query}})).await;
+        sleep_until(until).await;
+        Some(a)
+    }
+
+    async fn channel_timeout(&mut self, id: &str, amount: i64, key: &str, until: OffsetDateTime) {
+        let Some(a) = self.channel_fault(id, amount, key, "timeout", until).await else { return };
         // The channel comes back with an answer: half paid, half failed.
         let outcome = if self.plan.index % 2 == 0 { "SUCCEEDED" } else { "FAILED" };
         self.settle(&a, json!({"outcome": outcome, "notify": false, "faults": {}})).await;
     }
 
-    async fn channel_not_found(
-        &mut self,
-        id: &str,
-        amount: i64,
-        key: &str,
-        expire_at: OffsetDateTime,
-        opts: &DriveOptions,
-    ) {
-        let Some(a) = self.start_payment(id, amount, key).await else { return };
-        self.settle(&a, json!({"faults": {"query": "not_found"}})).await;
-        sleep_until(expire_at + opts.channel_outage).await;
+    async fn channel_not_found(&mut self, id: &str, amount: i64, key: &str, until: OffsetDateTime) {
+        let Some(a) = self.channel_fault(id, amount, key, "not_found", until).await else { return };
         // The money moves after all and the provider says so: the
         // order was closed, so it is refunded (or PAID, had the
         // close not run yet on a loaded stack).
