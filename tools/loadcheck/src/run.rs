@@ -412,6 +412,29 @@ struct Planned {
     lost_answers: Option<LostResponseDrill>,
 }
 
+/// The traffic's progress: its bars, when it started, how many orders
+/// have done their scenario's steps.
+struct Progress {
+    multi: MultiProgress,
+    t_traffic: Instant,
+    acted: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Progress {
+    /// The bars (hidden with `--quiet`), and the traffic's clock started.
+    fn start(quiet: bool) -> Self {
+        Self {
+            multi: MultiProgress::with_draw_target(if quiet {
+                ProgressDrawTarget::hidden()
+            } else {
+                ProgressDrawTarget::stderr()
+            }),
+            t_traffic: Instant::now(),
+            acted: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        }
+    }
+}
+
 /// What the traffic (or the direct placement) left.
 struct Traffic {
     /// Each plan's order as driven, by plan index (None: its driver failed).
@@ -452,15 +475,12 @@ async fn run_inner(args: Args) -> Result<i32, String> {
     let relay_subscriber = run.subscribe().await?;
     let sweep_paused = run.pause_sweep().await?;
 
-    let multi = MultiProgress::with_draw_target(if run.args.quiet {
-        ProgressDrawTarget::hidden()
-    } else {
-        ProgressDrawTarget::stderr()
-    });
-    let t_traffic = Instant::now();
-    let acted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let stripe_ticker = run.stripe.as_ref().map(|api| stripe_progress(&multi, api, acted.clone(), planned.plans.len()));
-    let traffic = run.traffic(&planned, &multi, t_traffic, &acted).await?;
+    let progress = Progress::start(run.args.quiet);
+    let stripe_ticker = run
+        .stripe
+        .as_ref()
+        .map(|api| stripe_progress(&progress.multi, api, progress.acted.clone(), planned.plans.len()));
+    let traffic = run.traffic(&planned, &progress).await?;
     let mut scope = Scope {
         skus: planned.skus.clone(),
         coupons,
@@ -471,7 +491,7 @@ async fn run_inner(args: Args) -> Result<i32, String> {
     };
     let accepted = accept(&mut scope, &planned.plans, &traffic)?;
     let sweep_resumed = if sweep_paused { Some(run.resume_sweep(&planned.plans, &accepted).await?) } else { None };
-    let drained = run.drain(&planned.skus, &accepted.expire, &multi).await;
+    let drained = run.drain(&planned.skus, &accepted.expire, &progress.multi).await;
     if let (Some(ticker), Some(api)) = (stripe_ticker, &run.stripe) {
         ticker.abort();
         run.drill_notes.push(format!("stripe (the buyers' side, traffic and drain): {}", api.progress()));
@@ -658,28 +678,17 @@ impl Run {
 impl Run {
     /// The traffic: the orders driven at the asked rate, or placed directly
     /// (`--place-direct`).
-    async fn traffic(
-        &self,
-        planned: &Planned,
-        multi: &MultiProgress,
-        t_traffic: Instant,
-        acted: &Arc<std::sync::atomic::AtomicUsize>,
-    ) -> Result<Traffic, String> {
+    async fn traffic(&self, planned: &Planned, progress: &Progress) -> Result<Traffic, String> {
         let mut traffic = if self.args.place_direct {
-            self.place_directly(&planned.plans, multi, t_traffic).await?
+            self.place_directly(&planned.plans, progress).await?
         } else {
-            self.drive_all(planned, multi, t_traffic, acted).await?
+            self.drive_all(planned, progress).await?
         };
-        traffic.secs = t_traffic.elapsed().as_secs_f64();
+        traffic.secs = progress.t_traffic.elapsed().as_secs_f64();
         Ok(traffic)
     }
 
-    async fn place_directly(
-        &self,
-        plans: &[OrderPlan],
-        multi: &MultiProgress,
-        t_traffic: Instant,
-    ) -> Result<Traffic, String> {
+    async fn place_directly(&self, plans: &[OrderPlan], progress: &Progress) -> Result<Traffic, String> {
         let buyers: BTreeMap<String, String> = {
             let mut m = BTreeMap::new();
             for b in plans.iter().map(|p| p.buyer.clone()).collect::<BTreeSet<_>>() {
@@ -691,7 +700,7 @@ impl Run {
         let window = self.window;
         let first_expire = OffsetDateTime::now_utc() + Duration::from_secs(window);
         let rule_version = format!("window-{window}s");
-        let placed_bar = bar(multi, plans.len() as u64, "placed");
+        let placed_bar = bar(&progress.multi, plans.len() as u64, "placed");
         let placed = place::place_direct(
             &self.stack,
             plans,
@@ -706,20 +715,14 @@ impl Run {
         )
         .await?;
         placed_bar.finish();
-        let last = t_traffic.elapsed().as_millis() as u64;
+        let last = progress.t_traffic.elapsed().as_millis() as u64;
         let driven = placed.into_iter().map(Some).collect::<Vec<_>>();
         Ok(Traffic { driven, last_create: last, secs: 0.0, restarted_at: None, restart_note: None })
     }
 
     /// The traffic: one task per order, started at the asked rate.
-    async fn drive_all(
-        &self,
-        planned: &Planned,
-        multi: &MultiProgress,
-        t_traffic: Instant,
-        acted: &Arc<std::sync::atomic::AtomicUsize>,
-    ) -> Result<Traffic, String> {
-        let plans = &planned.plans;
+    async fn drive_all(&self, planned: &Planned, progress: &Progress) -> Result<Traffic, String> {
+        let (plans, multi, t_traffic) = (&planned.plans, &progress.multi, progress.t_traffic);
         let created_bar = bar(multi, plans.len() as u64, "created");
         let done_bar = bar(multi, plans.len() as u64, "acted");
         let opts = Arc::new(scenario::DriveOptions {
@@ -736,7 +739,7 @@ impl Run {
         for p in plans.iter().cloned() {
             tick.tick().await;
             let (client, opts, created_bar, done_bar, acted) =
-                (self.client.clone(), opts.clone(), created_bar.clone(), done_bar.clone(), acted.clone());
+                (self.client.clone(), opts.clone(), created_bar.clone(), done_bar.clone(), progress.acted.clone());
             let ends = created_at_end.clone();
             let created_count = created_count.clone();
             let t0 = t_traffic;
