@@ -109,61 +109,14 @@ async fn place_all(
                 return (p.index, d);
             };
             let target = target_expire(first_expire, spread, p.index, n);
-            let request = (|| {
-                Ok::<_, String>((
-                    IdempotencyKey::parse(p.idempotency_key.clone()).map_err(|e| e.to_string())?,
-                    CreateOrderRequest {
-                        user_id: UserId::parse(user).map_err(|e| e.to_string())?,
-                        currency: Currency::parse("EUR").map_err(|e| e.to_string())?,
-                        items: vec![RequestLine {
-                            sku: Sku::parse(p.sku.clone()).map_err(|e| e.to_string())?,
-                            qty: p.qty,
-                            unit_price: Some(PRICE),
-                        }],
-                        coupon_id: None,
-                        points: p.points,
-                    },
-                ))
-            })();
-            let (key, req) = match request {
+            let request = match create_request(p, user) {
                 Ok(r) => r,
                 Err(e) => {
                     d.errors.push(format!("order {}: {e}", p.index));
                     return (p.index, d);
                 }
             };
-            // A store that did not answer is retried with the same key: a
-            // create that did land answers as a replay of the same order.
-            for attempt in 1..=5u32 {
-                let uc = CreateOrder {
-                    store: store.clone(),
-                    clock: Box::new(SystemClock),
-                    ids: Box::new(RandomIds),
-                    window: window_until(OffsetDateTime::now_utc(), target),
-                    expiry_rule_version: rule_version.to_owned(),
-                    open_order_cap: None,
-                };
-                let t = Instant::now();
-                match uc.execute(key.clone(), req.clone()).await {
-                    Ok(created) => {
-                        d.order_id = Some(created.order.order_id.to_string());
-                        d.expire_at = OffsetDateTime::from_unix_timestamp_nanos(
-                            created.order.expire_at.unix_millis() as i128 * 1_000_000,
-                        )
-                        .ok();
-                        d.create_ms = Some(t.elapsed().as_millis() as u64);
-                        d.replays = u32::from(created.replayed);
-                        break;
-                    }
-                    Err(UseCaseError::Unavailable(_)) if attempt < 5 => {
-                        tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
-                    }
-                    Err(e) => {
-                        d.errors.push(format!("order {}: create refused or failed: {e}", p.index));
-                        break;
-                    }
-                }
-            }
+            place_one(&store, request, target, rule_version, p.index, &mut d).await;
             bar.inc(1);
             (p.index, d)
         }
@@ -182,6 +135,69 @@ async fn place_all(
         ok as f64 / secs.max(0.001)
     );
     Ok(out)
+}
+
+/// The create use case's request for a plan whose buyer is `user`, with
+/// its idempotency key.
+fn create_request(p: &OrderPlan, user: String) -> Result<(IdempotencyKey, CreateOrderRequest), String> {
+    Ok((
+        IdempotencyKey::parse(p.idempotency_key.clone()).map_err(|e| e.to_string())?,
+        CreateOrderRequest {
+            user_id: UserId::parse(user).map_err(|e| e.to_string())?,
+            currency: Currency::parse("EUR").map_err(|e| e.to_string())?,
+            items: vec![RequestLine {
+                sku: Sku::parse(p.sku.clone()).map_err(|e| e.to_string())?,
+                qty: p.qty,
+                unit_price: Some(PRICE),
+            }],
+            coupon_id: None,
+            points: p.points,
+        },
+    ))
+}
+
+/// Places order `index` with the window that makes it expire at `target`,
+/// into `d` (its order, or why not).
+async fn place_one(
+    store: &DynamoStore,
+    (key, req): (IdempotencyKey, CreateOrderRequest),
+    target: OffsetDateTime,
+    rule_version: &str,
+    index: usize,
+    d: &mut Driven,
+) {
+    // A store that did not answer is retried with the same key: a
+    // create that did land answers as a replay of the same order.
+    for attempt in 1..=5u32 {
+        let uc = CreateOrder {
+            store: store.clone(),
+            clock: Box::new(SystemClock),
+            ids: Box::new(RandomIds),
+            window: window_until(OffsetDateTime::now_utc(), target),
+            expiry_rule_version: rule_version.to_owned(),
+            open_order_cap: None,
+        };
+        let t = Instant::now();
+        match uc.execute(key.clone(), req.clone()).await {
+            Ok(created) => {
+                d.order_id = Some(created.order.order_id.to_string());
+                d.expire_at = OffsetDateTime::from_unix_timestamp_nanos(
+                    created.order.expire_at.unix_millis() as i128 * 1_000_000,
+                )
+                .ok();
+                d.create_ms = Some(t.elapsed().as_millis() as u64);
+                d.replays = u32::from(created.replayed);
+                break;
+            }
+            Err(UseCaseError::Unavailable(_)) if attempt < 5 => {
+                tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+            }
+            Err(e) => {
+                d.errors.push(format!("order {index}: create refused or failed: {e}"));
+                break;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

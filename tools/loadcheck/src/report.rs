@@ -71,117 +71,197 @@ struct PlanLine {
     errors: usize,
 }
 
+impl PlanLine {
+    fn add(&mut self, l: &PlanLine) {
+        self.planned += l.planned;
+        self.accepted += l.accepted;
+        self.paid += l.paid;
+        self.closed += l.closed;
+        self.other += l.other;
+        self.refunds += l.refunds;
+        self.wrong += l.wrong;
+        self.errors += l.errors;
+    }
+
+    /// The line in the summary's scenario table.
+    fn write(&self, s: &mut String, name: &str) {
+        let _ = writeln!(
+            s,
+            "{name:<26} {:>7} {:>8} {:>6} {:>7} {:>6} {:>8} {:>6} {:>7}",
+            self.planned, self.accepted, self.paid, self.closed, self.other, self.refunds, self.wrong, self.errors
+        );
+    }
+}
+
+/// The rows summed per scenario, with every wrong answer and failed call.
+#[derive(Default)]
+struct Tally {
+    lines: BTreeMap<&'static str, PlanLine>,
+    wrong: Vec<String>,
+    errors: Vec<String>,
+}
+
+impl Tally {
+    fn of(facts: &RunFacts, rows: &[OrderRow]) -> Self {
+        let mut t = Tally::default();
+        for r in rows {
+            let l = t.lines.entry(r.plan.name()).or_default();
+            l.planned += 1;
+            l.accepted += usize::from(r.driven.order_id.is_some());
+            match r.outcome.as_ref().map(|o| o.status.as_str()) {
+                Some("PAID") => l.paid += 1,
+                Some("CLOSED") => l.closed += 1,
+                Some(_) => l.other += 1,
+                None if r.driven.order_id.is_some() => l.other += 1,
+                None => {}
+            }
+            l.refunds += r.outcome.as_ref().map_or(0, |o| o.refunds);
+            l.wrong += r.driven.wrong_answers.len();
+            l.errors += r.driven.errors.len();
+            t.wrong.extend(r.driven.wrong_answers.iter().cloned());
+            t.errors.extend(r.driven.errors.iter().cloned());
+            for w in unexpected_outcome(r, facts.stripe).into_iter().chain(stripe_disagrees(r)) {
+                l.wrong += 1;
+                t.wrong.push(w);
+            }
+        }
+        t
+    }
+}
+
+/// The outcome the scenario must end with, if every step was made: what
+/// is wrong with the one it ended with, if anything.
+fn unexpected_outcome(r: &OrderRow, stripe: bool) -> Option<String> {
+    let (Some(o), Some((statuses, refunds)), true) =
+        (&r.outcome, r.plan.expected(r.index, stripe), r.driven.errors.is_empty())
+    else {
+        return None;
+    };
+    let refunds_ok = match o.status.as_str() {
+        "CLOSED" if r.plan == Plan::Drill(crate::scenario::Drilled::ChannelNotFound) => o.refunds == 1,
+        _ => refunds.contains(&o.refunds),
+    };
+    (!statuses.contains(&o.status.as_str()) || !refunds_ok).then(|| {
+        format!(
+            "{} ({}): ended {} with {} refunds, expected {statuses:?} with {refunds:?}",
+            r.plan.name(),
+            o.order_id,
+            o.status,
+            o.refunds
+        )
+    })
+}
+
+/// Stripe's answer to the confirmation that decided the order is its
+/// outcome: a success PAID, a refusal CLOSED, neither refunded. What is
+/// wrong with the outcome, if anything.
+fn stripe_disagrees(r: &OrderRow) -> Option<String> {
+    let (Some(o), Some(confirmed)) = (&r.outcome, r.driven.stripe_confirmed) else { return None };
+    let want = if confirmed { "PAID" } else { "CLOSED" };
+    (o.status != want || o.refunds != 0).then(|| {
+        format!(
+            "{} ({}): Stripe {} the deciding confirmation, but the order ended {} with {} refunds",
+            r.plan.name(),
+            o.order_id,
+            if confirmed { "succeeded" } else { "refused" },
+            o.status,
+            o.refunds
+        )
+    })
+}
+
 /// Prints the summary, writes the files, returns the exit code.
 pub fn report(facts: &RunFacts, rows: &[OrderRow], verdict: Result<Verdict, String>) -> i32 {
     let mut s = String::new();
-    let mut lines: BTreeMap<&str, PlanLine> = BTreeMap::new();
-    let mut wrong = Vec::new();
-    let mut errors = Vec::new();
-    for r in rows {
-        let l = lines.entry(r.plan.name()).or_default();
-        l.planned += 1;
-        l.accepted += usize::from(r.driven.order_id.is_some());
-        match r.outcome.as_ref().map(|o| o.status.as_str()) {
-            Some("PAID") => l.paid += 1,
-            Some("CLOSED") => l.closed += 1,
-            Some(_) => l.other += 1,
-            None if r.driven.order_id.is_some() => l.other += 1,
-            None => {}
-        }
-        l.refunds += r.outcome.as_ref().map_or(0, |o| o.refunds);
-        l.wrong += r.driven.wrong_answers.len();
-        l.errors += r.driven.errors.len();
-        wrong.extend(r.driven.wrong_answers.iter().cloned());
-        errors.extend(r.driven.errors.iter().cloned());
-        // The outcome the scenario must end with, if every step was made.
-        if let (Some(o), Some((statuses, refunds)), true) =
-            (&r.outcome, r.plan.expected(r.index, facts.stripe), r.driven.errors.is_empty())
-        {
-            let refunds_ok = match o.status.as_str() {
-                "CLOSED" if r.plan == Plan::Drill(crate::scenario::Drilled::ChannelNotFound) => o.refunds == 1,
-                _ => refunds.contains(&o.refunds),
-            };
-            if !statuses.contains(&o.status.as_str()) || !refunds_ok {
-                l.wrong += 1;
-                wrong.push(format!(
-                    "{} ({}): ended {} with {} refunds, expected {statuses:?} with {refunds:?}",
-                    r.plan.name(),
-                    o.order_id,
-                    o.status,
-                    o.refunds
-                ));
-            }
-        }
-        // Stripe's answer to the confirmation that decided the order is
-        // its outcome: a success PAID, a refusal CLOSED, neither refunded.
-        if let (Some(o), Some(confirmed)) = (&r.outcome, r.driven.stripe_confirmed) {
-            let want = if confirmed { "PAID" } else { "CLOSED" };
-            if o.status != want || o.refunds != 0 {
-                l.wrong += 1;
-                wrong.push(format!(
-                    "{} ({}): Stripe {} the deciding confirmation, but the order ended {} with {} refunds",
-                    r.plan.name(),
-                    o.order_id,
-                    if confirmed { "succeeded" } else { "refused" },
-                    o.status,
-                    o.refunds
-                ));
-            }
+    let tally = Tally::of(facts, rows);
+    let _ = writeln!(s, "\n== loadcheck {} ==", facts.run_id);
+    let total = write_scenarios(&mut s, &tally.lines);
+    let _ = writeln!(s, "idempotent create replays answered with the same order: {}", facts.replays);
+    write_creates(&mut s, facts, total.accepted);
+    let close_delays = write_drain(&mut s, facts, rows);
+
+    // Invariants.
+    let mut code = 0;
+    let _ = writeln!(s, "\ninvariants:");
+    write_run_invariants(&mut s, facts, rows, &tally, &mut code);
+    match &verdict {
+        Ok(v) => write_verdict(&mut s, v, &mut code),
+        Err(e) => {
+            code = code.max(2);
+            let _ = writeln!(s, "  the invariant check could not run: {e}");
         }
     }
-    let _ = writeln!(s, "\n== loadcheck {} ==", facts.run_id);
+    for w in tally.wrong.iter().take(30) {
+        let _ = writeln!(s, "WRONG ANSWER {w}");
+    }
+    if !tally.errors.is_empty() {
+        let _ =
+            writeln!(s, "{} calls failed after their retries (the run could not do them), e.g.:", tally.errors.len());
+        for e in tally.errors.iter().take(10) {
+            let _ = writeln!(s, "  {e}");
+        }
+    }
+
+    match write_files(facts, rows, &close_delays) {
+        Ok(note) => {
+            let _ = writeln!(s, "{note}");
+        }
+        Err(e) => {
+            let _ = writeln!(s, "writing the report files failed: {e}");
+            code = code.max(2);
+        }
+    }
+    write_incomplete(&mut s, rows);
+    let _ = writeln!(
+        s,
+        "result: {}",
+        match code {
+            0 => "PASS",
+            1 => "FAIL",
+            _ => "INCOMPLETE (the run could not do or check all it planned: see above)",
+        }
+    );
+    print!("{s}");
+    let _ = std::fs::write(facts.out_dir.join("summary.txt"), &s);
+    code
+}
+
+/// The scenario table, a line per scenario and the total: the total.
+fn write_scenarios(s: &mut String, lines: &BTreeMap<&str, PlanLine>) -> PlanLine {
     let _ = writeln!(
         s,
         "{:<26} {:>7} {:>8} {:>6} {:>7} {:>6} {:>8} {:>6} {:>7}",
         "scenario", "planned", "accepted", "PAID", "CLOSED", "other", "refunds", "wrong", "errors"
     );
     let mut total = PlanLine::default();
-    for (name, l) in &lines {
-        let _ = writeln!(
-            s,
-            "{name:<26} {:>7} {:>8} {:>6} {:>7} {:>6} {:>8} {:>6} {:>7}",
-            l.planned, l.accepted, l.paid, l.closed, l.other, l.refunds, l.wrong, l.errors
-        );
-        total.planned += l.planned;
-        total.accepted += l.accepted;
-        total.paid += l.paid;
-        total.closed += l.closed;
-        total.other += l.other;
-        total.refunds += l.refunds;
-        total.wrong += l.wrong;
-        total.errors += l.errors;
+    for (name, l) in lines {
+        l.write(s, name);
+        total.add(l);
     }
-    let _ = writeln!(
-        s,
-        "{:<26} {:>7} {:>8} {:>6} {:>7} {:>6} {:>8} {:>6} {:>7}",
-        "total",
-        total.planned,
-        total.accepted,
-        total.paid,
-        total.closed,
-        total.other,
-        total.refunds,
-        total.wrong,
-        total.errors
-    );
-    let _ = writeln!(s, "idempotent create replays answered with the same order: {}", facts.replays);
+    total.write(s, "total");
+    total
+}
 
-    // Throughput and latency of the creates.
+/// Throughput and latency of the creates.
+fn write_creates(s: &mut String, facts: &RunFacts, accepted: usize) {
     let mut create_ms: Vec<i64> = facts.create_ms.iter().map(|v| *v as i64).collect();
     create_ms.sort_unstable();
     let _ = writeln!(
         s,
         "creates: {} accepted in {:.1} s = {:.1}/s (asked {}/s); create latency P50 {} P95 {} P99 {}",
-        total.accepted,
+        accepted,
         facts.first_create_to_last_s,
-        total.accepted as f64 / facts.first_create_to_last_s.max(0.001),
+        accepted as f64 / facts.first_create_to_last_s.max(0.001),
         facts.rate,
         secs(percentile(&create_ms, 50.0)),
         secs(percentile(&create_ms, 95.0)),
         secs(percentile(&create_ms, 99.0)),
     );
+}
 
-    // expire_at → final.
+/// expire_at → final, the drain's times and the drills' and drain's
+/// notes: the closed orders' delays, sorted.
+fn write_drain(s: &mut String, facts: &RunFacts, rows: &[OrderRow]) -> Vec<i64> {
     let closed: Vec<&OrderOutcome> =
         rows.iter().filter_map(|r| r.outcome.as_ref()).filter(|o| o.status == "CLOSED").collect();
     let mut close_delays: Vec<i64> = closed.iter().filter_map(|o| o.delay_ms()).collect();
@@ -219,10 +299,13 @@ pub fn report(facts: &RunFacts, rows: &[OrderRow], verdict: Result<Verdict, Stri
     for note in facts.drill_notes.iter().chain(&facts.drain_notes) {
         let _ = writeln!(s, "{note}");
     }
+    close_delays
+}
 
-    // Invariants.
-    let mut code = 0;
-    let _ = writeln!(s, "\ninvariants:");
+/// The invariants of the run itself, before the records' (the surface's
+/// answers, the drain, every step made, every drill exercised).
+fn write_run_invariants(s: &mut String, facts: &RunFacts, rows: &[OrderRow], tally: &Tally, code: &mut i32) {
+    let (wrong, errors) = (&tally.wrong, &tally.errors);
     let _ = writeln!(
         s,
         "  {:<44} {}",
@@ -230,10 +313,10 @@ pub fn report(facts: &RunFacts, rows: &[OrderRow], verdict: Result<Verdict, Stri
         if wrong.is_empty() { "pass".to_owned() } else { format!("FAIL ({})", wrong.len()) }
     );
     if !wrong.is_empty() {
-        code = 1;
+        *code = 1;
     }
     if !facts.drain_notes.is_empty() {
-        code = 1;
+        *code = 1;
         let _ = writeln!(s, "  {:<44} FAIL", "drained_within_timeout");
     }
     // A pass proves only what the run did: a step that failed after its
@@ -242,81 +325,59 @@ pub fn report(facts: &RunFacts, rows: &[OrderRow], verdict: Result<Verdict, Stri
     // run cannot pass with it.
     if !errors.is_empty() {
         let _ = writeln!(s, "  {:<44} FAIL ({})", "steps_made (every planned call made)", errors.len());
-        code = code.max(2);
+        *code = (*code).max(2);
     }
     for failure in &facts.drill_failures {
         let _ = writeln!(s, "  {failure:<44} FAIL");
-        code = code.max(2);
+        *code = (*code).max(2);
     }
     for drill in &facts.drills_asked {
         if !rows.iter().any(|r| r.plan.name() == *drill && r.driven.order_id.is_some()) {
             let _ = writeln!(s, "  {:<44} FAIL (no accepted order planted it)", format!("{drill} exercised"));
-            code = code.max(2);
+            *code = (*code).max(2);
         }
     }
-    match &verdict {
-        Ok(v) => {
-            let mut by_invariant: BTreeMap<&str, usize> = BTreeMap::new();
-            for violation in &v.violations {
-                *by_invariant.entry(violation.invariant).or_default() += 1;
-            }
-            // Every invariant by name, so a pass says what was checked.
-            for (inv, what) in crate::verify::INVARIANTS {
-                let verdict = match (by_invariant.get(inv), v.skipped.contains_key(inv)) {
-                    (Some(n), _) => format!("FAIL ({n})"),
-                    (None, true) => "skipped".to_owned(),
-                    (None, false) => "pass".to_owned(),
-                };
-                let _ = writeln!(s, "  {inv:<44} {verdict:<10} {what}");
-            }
-            for (inv, why) in &v.skipped {
-                let _ = writeln!(s, "{inv} skipped: {why}");
-            }
-            if !v.violations.is_empty() {
-                code = 1;
-            }
-            if !v.counts.is_empty() {
-                let _ = writeln!(
-                    s,
-                    "counts: {}",
-                    v.counts.iter().map(|(k, n)| format!("{k}={n}")).collect::<Vec<_>>().join(" ")
-                );
-            }
-            for violation in v.violations.iter().take(50) {
-                let _ = writeln!(s, "VIOLATION {} {}: {}", violation.invariant, violation.subject, violation.detail);
-            }
-            if v.violations.len() > 50 {
-                let _ = writeln!(s, "… and {} more violations", v.violations.len() - 50);
-            }
-        }
-        Err(e) => {
-            code = code.max(2);
-            let _ = writeln!(s, "  the invariant check could not run: {e}");
-        }
-    }
-    for w in wrong.iter().take(30) {
-        let _ = writeln!(s, "WRONG ANSWER {w}");
-    }
-    if !errors.is_empty() {
-        let _ = writeln!(s, "{} calls failed after their retries (the run could not do them), e.g.:", errors.len());
-        for e in errors.iter().take(10) {
-            let _ = writeln!(s, "  {e}");
-        }
-    }
+}
 
-    match write_files(facts, rows, &close_delays) {
-        Ok(note) => {
-            let _ = writeln!(s, "{note}");
-        }
-        Err(e) => {
-            let _ = writeln!(s, "writing the report files failed: {e}");
-            code = code.max(2);
-        }
+/// The check's verdict: every invariant by name, the skipped ones, the
+/// counts and the first violations.
+fn write_verdict(s: &mut String, v: &Verdict, code: &mut i32) {
+    let mut by_invariant: BTreeMap<&str, usize> = BTreeMap::new();
+    for violation in &v.violations {
+        *by_invariant.entry(violation.invariant).or_default() += 1;
     }
-    // Invariants that held over a mix the run could not drive are not the
-    // proof asked for: an overloaded stack (creates slower than the payment
-    // window) turns payments into refusals and the mix into closes. Say
-    // what to change.
+    // Every invariant by name, so a pass says what was checked.
+    for (inv, what) in crate::verify::INVARIANTS {
+        let verdict = match (by_invariant.get(inv), v.skipped.contains_key(inv)) {
+            (Some(n), _) => format!("FAIL ({n})"),
+            (None, true) => "skipped".to_owned(),
+            (None, false) => "pass".to_owned(),
+        };
+        let _ = writeln!(s, "  {inv:<44} {verdict:<10} {what}");
+    }
+    for (inv, why) in &v.skipped {
+        let _ = writeln!(s, "{inv} skipped: {why}");
+    }
+    if !v.violations.is_empty() {
+        *code = 1;
+    }
+    if !v.counts.is_empty() {
+        let _ =
+            writeln!(s, "counts: {}", v.counts.iter().map(|(k, n)| format!("{k}={n}")).collect::<Vec<_>>().join(" "));
+    }
+    for violation in v.violations.iter().take(50) {
+        let _ = writeln!(s, "VIOLATION {} {}: {}", violation.invariant, violation.subject, violation.detail);
+    }
+    if v.violations.len() > 50 {
+        let _ = writeln!(s, "… and {} more violations", v.violations.len() - 50);
+    }
+}
+
+/// Invariants that held over a mix the run could not drive are not the
+/// proof asked for: an overloaded stack (creates slower than the payment
+/// window) turns payments into refusals and the mix into closes. Say what
+/// to change.
+fn write_incomplete(s: &mut String, rows: &[OrderRow]) {
     let orders_with_errors = rows.iter().filter(|r| !r.driven.errors.is_empty()).count();
     if orders_with_errors > 0 {
         let _ = writeln!(
@@ -327,18 +388,6 @@ pub fn report(facts: &RunFacts, rows: &[OrderRow], verdict: Result<Verdict, Stri
             rows.len()
         );
     }
-    let _ = writeln!(
-        s,
-        "result: {}",
-        match code {
-            0 => "PASS",
-            1 => "FAIL",
-            _ => "INCOMPLETE (the run could not do or check all it planned: see above)",
-        }
-    );
-    print!("{s}");
-    let _ = std::fs::write(facts.out_dir.join("summary.txt"), &s);
-    code
 }
 
 fn write_files(facts: &RunFacts, rows: &[OrderRow], close_delays: &[i64]) -> Result<String, String> {

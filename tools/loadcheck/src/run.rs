@@ -38,87 +38,30 @@ fn secs(stack: &Stack, name: &str, default: u64) -> u64 {
     stack.get_opt(name).and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// The order-level drills: the drill asked for, and the plan of the orders
+/// that plant it. This order is the order their odds are tried in (for a
+/// seed's plan) and the order the summary checks they were exercised in.
+const ORDER_DRILLS: [(Drill, Drilled); 8] = [
+    (Drill::CrashCloser, Drilled::CrashCloser),
+    (Drill::ChannelTimeout, Drilled::ChannelTimeout),
+    (Drill::ChannelNotFound, Drilled::ChannelNotFound),
+    (Drill::SchedulerDown, Drilled::SchedulerDown),
+    (Drill::ReleaseFails, Drilled::ReleaseFails),
+    (Drill::SweepPause, Drilled::SweepBacklog),
+    (Drill::RelayFails, Drilled::RelayFails),
+    (Drill::SlowChannel, Drilled::SlowChannel),
+];
+
 /// Picks each order's plan: a drill's share first (by its odds), the
 /// everyday mix otherwise. Deterministic for a seed.
 fn plan_orders(args: &Args, run_id: &str, release_until: i64) -> Vec<OrderPlan> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
-    let on = |d: Drill| args.drills.contains(&d);
-    let total_weight: u32 = MIX.iter().map(|(_, w)| w).sum();
-    let n = args.orders;
-    // The Scheduler is "down" for the middle fifth of the create phase:
-    // every order created then has no wake-up.
-    let scheduler_down = (n * 2 / 5)..(n * 3 / 5);
-    let mut drilled: Vec<Drilled> = Vec::new();
-    if on(Drill::CrashCloser) {
-        drilled.push(Drilled::CrashCloser);
-    }
-    if on(Drill::ChannelTimeout) {
-        drilled.push(Drilled::ChannelTimeout);
-    }
-    if on(Drill::ChannelNotFound) {
-        drilled.push(Drilled::ChannelNotFound);
-    }
-    if on(Drill::ReleaseFails) {
-        drilled.push(Drilled::ReleaseFails);
-    }
-    if on(Drill::SweepPause) {
-        drilled.push(Drilled::SweepBacklog);
-    }
-    if on(Drill::RelayFails) {
-        drilled.push(Drilled::RelayFails);
-    }
-    if on(Drill::SlowChannel) {
-        drilled.push(Drilled::SlowChannel);
-    }
+    let picker = PlanPicker::new(args);
     let mut coupon_n = 0;
-    (0..n)
+    (0..args.orders)
         .map(|i| {
-            let mut plan = None;
-            if on(Drill::SchedulerDown)
-                && scheduler_down.contains(&i)
-                && rng.gen_bool((args.drill_share * 5.0).min(1.0))
-            {
-                plan = Some(Plan::Drill(Drilled::SchedulerDown));
-            }
-            for d in &drilled {
-                if plan.is_none() && rng.gen_bool(args.drill_share.clamp(0.0, 1.0)) {
-                    plan = Some(Plan::Drill(*d));
-                }
-            }
-            let plan = plan.unwrap_or_else(|| {
-                if args.unpaid_only {
-                    return Plan::Mix(Scenario::NeverPaid);
-                }
-                if let Some(only) = args.only {
-                    return Plan::Mix(only);
-                }
-                let mut pick = rng.gen_range(0..total_weight);
-                let mut chosen = MIX[0].0;
-                for (s, w) in MIX {
-                    if pick < *w {
-                        chosen = *s;
-                        break;
-                    }
-                    pick -= w;
-                }
-                Plan::Mix(chosen)
-            });
-            // A few buyers per drill: the buyer name is what plants it.
-            let k = i % 4;
-            let buyer = match plan {
-                Plan::Drill(Drilled::CrashCloser) => format!("fault-crash-closer-{run_id}-{k}"),
-                Plan::Drill(Drilled::SchedulerDown) => format!("fault-no-wakeup-{run_id}-sd{k}"),
-                Plan::Drill(Drilled::SweepBacklog) => format!("fault-no-wakeup-{run_id}-sw{k}"),
-                Plan::Drill(Drilled::ReleaseFails) => format!("fault-release-until-{release_until}-{run_id}-{k}"),
-                Plan::Drill(Drilled::RelayFails) => format!("fault-relay-{run_id}-{k}"),
-                Plan::Drill(Drilled::SlowChannel) => format!("fault-slow-channel-{run_id}-{k}"),
-                // Stripe's "not found" is the close's: it hears that of the
-                // payments of these buyers' orders (`shared/src/faults.rs`).
-                Plan::Drill(Drilled::ChannelNotFound) if args.channel == Channel::Stripe => {
-                    format!("fault-close-sees-no-payment-{run_id}-{k}")
-                }
-                _ => format!("lc-{run_id}-b{}", i % args.buyers.max(1)),
-            };
+            let plan = picker.pick(&mut rng, i);
+            let buyer = buyer_of(plan, args, run_id, release_until, i);
             let coupon = match plan {
                 Plan::Mix(s) if s.uses_coupon() => {
                     coupon_n += 1;
@@ -138,6 +81,89 @@ fn plan_orders(args: &Args, run_id: &str, release_until: i64) -> Vec<OrderPlan> 
             OrderPlan { index: i, plan, buyer, sku, qty, coupon, points, idempotency_key: format!("lc-{run_id}-o{i}") }
         })
         .collect()
+}
+
+/// How [`plan_orders`] picks one order's plan from the asked drills and
+/// the everyday mix.
+struct PlanPicker<'a> {
+    args: &'a Args,
+    /// The Scheduler is "down" for the middle fifth of the create phase:
+    /// every order created then has no wake-up.
+    scheduler_down: std::ops::Range<usize>,
+    /// The order-level drills asked for but the Scheduler's, each tried by
+    /// its odds in this order.
+    drilled: Vec<Drilled>,
+    total_weight: u32,
+}
+
+impl<'a> PlanPicker<'a> {
+    fn new(args: &'a Args) -> Self {
+        let n = args.orders;
+        let drilled = ORDER_DRILLS
+            .iter()
+            .filter(|(d, o)| *o != Drilled::SchedulerDown && args.drills.contains(d))
+            .map(|(_, o)| *o)
+            .collect();
+        Self { args, scheduler_down: (n * 2 / 5)..(n * 3 / 5), drilled, total_weight: MIX.iter().map(|(_, w)| w).sum() }
+    }
+
+    fn pick(&self, rng: &mut rand::rngs::StdRng, i: usize) -> Plan {
+        let args = self.args;
+        let mut plan = None;
+        if args.drills.contains(&Drill::SchedulerDown)
+            && self.scheduler_down.contains(&i)
+            && rng.gen_bool((args.drill_share * 5.0).min(1.0))
+        {
+            plan = Some(Plan::Drill(Drilled::SchedulerDown));
+        }
+        for d in &self.drilled {
+            if plan.is_none() && rng.gen_bool(args.drill_share.clamp(0.0, 1.0)) {
+                plan = Some(Plan::Drill(*d));
+            }
+        }
+        plan.unwrap_or_else(|| self.everyday(rng))
+    }
+
+    /// An everyday order's scenario: `--unpaid-only`, `--only`, or the mix
+    /// by its weights.
+    fn everyday(&self, rng: &mut rand::rngs::StdRng) -> Plan {
+        if self.args.unpaid_only {
+            return Plan::Mix(Scenario::NeverPaid);
+        }
+        if let Some(only) = self.args.only {
+            return Plan::Mix(only);
+        }
+        let mut pick = rng.gen_range(0..self.total_weight);
+        let mut chosen = MIX[0].0;
+        for (s, w) in MIX {
+            if pick < *w {
+                chosen = *s;
+                break;
+            }
+            pick -= w;
+        }
+        Plan::Mix(chosen)
+    }
+}
+
+/// The buyer of order `i`: a few buyers per drill (the buyer name is what
+/// plants it), the run's everyday buyers otherwise.
+fn buyer_of(plan: Plan, args: &Args, run_id: &str, release_until: i64, i: usize) -> String {
+    let k = i % 4;
+    match plan {
+        Plan::Drill(Drilled::CrashCloser) => format!("fault-crash-closer-{run_id}-{k}"),
+        Plan::Drill(Drilled::SchedulerDown) => format!("fault-no-wakeup-{run_id}-sd{k}"),
+        Plan::Drill(Drilled::SweepBacklog) => format!("fault-no-wakeup-{run_id}-sw{k}"),
+        Plan::Drill(Drilled::ReleaseFails) => format!("fault-release-until-{release_until}-{run_id}-{k}"),
+        Plan::Drill(Drilled::RelayFails) => format!("fault-relay-{run_id}-{k}"),
+        Plan::Drill(Drilled::SlowChannel) => format!("fault-slow-channel-{run_id}-{k}"),
+        // Stripe's "not found" is the close's: it hears that of the
+        // payments of these buyers' orders (`shared/src/faults.rs`).
+        Plan::Drill(Drilled::ChannelNotFound) if args.channel == Channel::Stripe => {
+            format!("fault-close-sees-no-payment-{run_id}-{k}")
+        }
+        _ => format!("lc-{run_id}-b{}", i % args.buyers.max(1)),
+    }
 }
 
 /// Enables or disables the sweep's schedule (a direct Scheduler call: the
@@ -354,203 +380,366 @@ fn stripe_progress(
     })
 }
 
-async fn run_inner(mut args: Args) -> Result<i32, String> {
+/// The accepted orders by id: each one's `expire_at` and its plan's index.
+type Expiries = BTreeMap<String, (OffsetDateTime, usize)>;
+
+/// What every phase of a run uses: the asked run, the stack with the
+/// settings read from it, the client of its surface, the drills' notes.
+struct Run {
+    args: Args,
+    stack: Stack,
+    /// The Stripe server, with `--channel stripe`.
+    stripe: Option<Arc<StripeApi>>,
+    run_id: String,
+    /// The payment window, the sweep's grace and the CLOSING lease (s).
+    window: u64,
+    grace: u64,
+    lease: u64,
+    client: Arc<Client>,
+    out_dir: PathBuf,
+    /// What the drills did, or why one did not run, for the summary.
+    drill_notes: Vec<String>,
+}
+
+/// The plan: the orders, the run's SKUs and the drills the run controls.
+struct Planned {
+    started_at: OffsetDateTime,
+    plans: Vec<OrderPlan>,
+    /// Each SKU of the run with the stock it is seeded with.
+    skus: BTreeMap<String, i64>,
+    stock_per_sku: i64,
+    restart_emulator: bool,
+    lost_answers: Option<LostResponseDrill>,
+}
+
+/// The traffic's progress: its bars, when it started, how many orders
+/// have done their scenario's steps.
+struct Progress {
+    multi: MultiProgress,
+    t_traffic: Instant,
+    acted: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Progress {
+    /// The bars (hidden with `--quiet`), and the traffic's clock started.
+    fn start(quiet: bool) -> Self {
+        Self {
+            multi: MultiProgress::with_draw_target(if quiet {
+                ProgressDrawTarget::hidden()
+            } else {
+                ProgressDrawTarget::stderr()
+            }),
+            t_traffic: Instant::now(),
+            acted: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        }
+    }
+}
+
+/// What the traffic (or the direct placement) left.
+struct Traffic {
+    /// Each plan's order as driven, by plan index (None: its driver failed).
+    driven: Vec<Option<Driven>>,
+    /// When the last create was accepted, in ms after the traffic started.
+    last_create: u64,
+    /// The traffic's length in seconds of scenario time.
+    secs: f64,
+    restarted_at: Option<OffsetDateTime>,
+    restart_note: Option<String>,
+}
+
+/// The orders the API accepted.
+struct Accepted {
+    expire: Expiries,
+    create_ms: Vec<u64>,
+    last_expire: OffsetDateTime,
+}
+
+/// What the drain saw.
+struct Drained {
+    stock_released_at: Option<OffsetDateTime>,
+    /// The last admin view read of each accepted order.
+    views: BTreeMap<String, Value>,
+    /// The orders not settled when the drain ended.
+    open: Vec<String>,
+}
+
+async fn run_inner(args: Args) -> Result<i32, String> {
     if args.place_direct && !args.drills.is_empty() {
         return Err("--place-direct is the drain benchmark's placement: unpaid orders only, without drills \
                     (the drills plant their faults through the API's buyers and payments)"
             .into());
     }
-    let stack = Stack::load(&args.stack_env).await?;
-    stack.export_to_env();
-    let mut drill_notes = Vec::new();
-    let stripe = stripe_setup(&mut args, &stack, &mut drill_notes)?;
-    let run_id = args.run_id.clone().ok_or("no run id")?;
-    let window = secs(&stack, "PAYMENT_WINDOW_SECONDS", 30);
-    let grace = secs(&stack, "SWEEP_GRACE_SECONDS", 5);
-    let lease = secs(&stack, "CLOSING_LEASE_SECONDS", 35);
-    let base = stack.get("API_BASE_URL")?;
-    let notify_base = stack.get("NOTIFY_API_BASE_URL")?;
-    let secret = stack.get_opt("SANDBOX_WEBHOOK_SECRET").unwrap_or("local-sandbox-webhook-secret").to_owned();
-    let merchant = stack.get_opt("MERCHANT_ID").unwrap_or("merchant-local").to_owned();
-    let client = Arc::new(Client::new(base, notify_base, secret, merchant, args.concurrency));
-    let out_dir = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("target/loadcheck/{run_id}")));
-    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    let mut run = Run::open(args).await?;
+    let planned = run.plan();
+    let coupons = run.setup(&planned).await?;
+    let relay_subscriber = run.subscribe().await?;
+    let sweep_paused = run.pause_sweep().await?;
 
-    let create_estimate = (args.orders as f64 / args.rate.max(0.1)).ceil() as i64;
-    let started_at = OffsetDateTime::now_utc();
-    let started_unix = started_at.unix_timestamp();
-    // Buyer names are fixed before the traffic (they sign in first), so the
-    // release's outage ends at a time planned from the asked rate, with
-    // room for a stack slower than asked.
-    let release_until = started_unix + 2 * create_estimate + 30 + window as i64 + args.release_outage as i64;
-    let plans = plan_orders(&args, &run_id, release_until);
-    let stock_per_sku = (args.orders as i64 * 2) / args.skus.max(1) as i64 + 10;
-    let mut skus: BTreeMap<String, i64> =
-        (0..args.skus.max(1)).map(|j| (format!("lc-{run_id}-sku{j}"), stock_per_sku)).collect();
-    if plans.iter().any(|p| p.plan == Plan::Mix(Scenario::OverTheLimit)) {
-        skus.insert(format!("lc-{run_id}-limited"), stock_per_sku);
-    }
-
-    let mut mix: BTreeMap<&str, usize> = BTreeMap::new();
-    for p in &plans {
-        *mix.entry(p.plan.name()).or_default() += 1;
-    }
-    println!(
-        "loadcheck run {run_id}: {} orders at {}/s (≤{} requests in flight) over {} SKUs, window {window} s; \
-         channel {}; drills: {:?}",
-        args.orders,
-        args.rate,
-        args.concurrency,
-        skus.len(),
-        match &stripe {
-            Some(s) => format!("stripe at {} (≤{} calls in flight)", s.base_url(), s.concurrency),
-            None => "sandbox".to_owned(),
-        },
-        args.drills
-    );
-    println!(
-        "mix (weights of the everyday scenarios: {}):",
-        MIX.iter().map(|(s, w)| format!("{} {w}", s.name())).collect::<Vec<_>>().join(", ")
-    );
-    for (name, n) in &mix {
-        println!("  {name:<26} {n:>6}");
-    }
-    let restart_emulator = args.drills.contains(&Drill::EmulatorRestart);
-    if restart_emulator && stack.get_opt("PERSIST_STATE") != Some("1") {
-        let why = "emulator-restart skipped: the stack was started without PERSIST_STATE=1, so ministack \
-                   keeps its state in memory only and a restart would lose every order, queue and schedule \
-                   of the run (start it with `PERSIST_STATE=1 infra/local.sh up` to run this drill)";
-        println!("{why}");
-        drill_notes.push(why.to_owned());
-    }
-    let restart_emulator = restart_emulator && stack.get_opt("PERSIST_STATE") == Some("1");
-    let lost_answers = if args.drills.contains(&Drill::LostResponse) {
-        LostResponseDrill::start(&stack, &args.stack_env, &mut drill_notes)
-    } else {
-        None
+    let progress = Progress::start(run.args.quiet);
+    let stripe_ticker = run
+        .stripe
+        .as_ref()
+        .map(|api| stripe_progress(&progress.multi, api, progress.acted.clone(), planned.plans.len()));
+    let traffic = run.traffic(&planned, &progress).await?;
+    let mut scope = Scope {
+        skus: planned.skus.clone(),
+        coupons,
+        started_at: Some(planned.started_at),
+        restarted_at: traffic.restarted_at,
+        event_queue_url: relay_subscriber.as_ref().map(|s| s.queue_url.clone()),
+        ..Default::default()
     };
+    let accepted = accept(&mut scope, &planned.plans, &traffic)?;
+    let sweep_resumed = if sweep_paused { Some(run.resume_sweep(&planned.plans, &accepted).await?) } else { None };
+    let drained = run.drain(&planned.skus, &accepted.expire, &progress.multi).await;
+    if let (Some(ticker), Some(api)) = (stripe_ticker, &run.stripe) {
+        ticker.abort();
+        run.drill_notes.push(format!("stripe (the buyers' side, traffic and drain): {}", api.progress()));
+    }
+    let drain_notes = run.drain_notes(&drained, &planned.plans, &accepted.expire);
+    let settled_at = OffsetDateTime::now_utc();
 
-    let t_setup = Instant::now();
-    let coupons = setup(&client, &plans, &skus).await?;
-    println!(
-        "setup: {} buyers signed in, {} SKUs seeded with {stock_per_sku} each, {} coupons issued in {:.1} s",
-        plans.iter().map(|p| &p.buyer).collect::<BTreeSet<_>>().len(),
-        skus.len(),
-        coupons.len(),
-        t_setup.elapsed().as_secs_f64()
-    );
+    // The invariant check over the run's records.
+    scope.open_bound = run.open_bound(sweep_paused, &accepted);
+    write_scope(&run.out_dir.join("scope.json"), &scope)?;
+    let verdict = verify::verify(&run.stack, &scope, run.args.stripe_concurrency).await;
+    if let Some(sub) = relay_subscriber {
+        if let Err(e) = sub.remove(&run.stack).await {
+            eprintln!("loadcheck: {e}");
+        }
+    }
 
-    // The relay-fails drill is checked by what a subscriber of the bus got
-    // too: the run subscribes a queue of its own to the drill's buyers.
-    let relay_subscriber = if args.drills.contains(&Drill::RelayFails) {
-        let made =
-            subscriber::subscribe(&stack, &subscriber::name_for(&run_id), &format!("fault-relay-{run_id}-")).await?;
+    let rows = order_rows(&planned.plans, &traffic.driven, &accepted.expire, &drained.views, &verdict);
+    let backlog_drain = sweep_resumed.map(|resumed| (resumed, last_backlog_final(&rows)));
+    let mut drill_notes = std::mem::take(&mut run.drill_notes);
+    let facts = RunFacts {
+        run_id: run.run_id.clone(),
+        rate: run.args.rate,
+        window: run.window,
+        create_ms: accepted.create_ms,
+        first_create_to_last_s: traffic.last_create as f64 / 1000.0,
+        last_expire: accepted.last_expire,
+        stock_released_at: drained.stock_released_at,
+        settled_at,
+        backlog_drain,
+        drill_failures: planned.lost_answers.map(|d| d.finish(&mut drill_notes)).into_iter().flatten().collect(),
+        drill_notes: drill_notes.into_iter().chain(traffic.restart_note).collect(),
+        stripe: run.stripe.is_some(),
+        drain_notes,
+        out_dir: run.out_dir,
+        replays: rows.iter().map(|r| r.driven.replays as usize).sum(),
+        drills_asked: ORDER_DRILLS
+            .into_iter()
+            .filter(|(d, _)| run.args.drills.contains(d))
+            .map(|(_, o)| Plan::Drill(o).name())
+            .collect(),
+    };
+    Ok(report::report(&facts, &rows, verdict))
+}
+
+impl Run {
+    /// Loads the stack, drops the drills its channel cannot run, reads its
+    /// settings and makes the run's output folder.
+    async fn open(mut args: Args) -> Result<Self, String> {
+        let stack = Stack::load(&args.stack_env).await?;
+        stack.export_to_env();
+        let mut drill_notes = Vec::new();
+        let stripe = stripe_setup(&mut args, &stack, &mut drill_notes)?;
+        let run_id = args.run_id.clone().ok_or("no run id")?;
+        let window = secs(&stack, "PAYMENT_WINDOW_SECONDS", 30);
+        let grace = secs(&stack, "SWEEP_GRACE_SECONDS", 5);
+        let lease = secs(&stack, "CLOSING_LEASE_SECONDS", 35);
+        let base = stack.get("API_BASE_URL")?;
+        let notify_base = stack.get("NOTIFY_API_BASE_URL")?;
+        let secret = stack.get_opt("SANDBOX_WEBHOOK_SECRET").unwrap_or("local-sandbox-webhook-secret").to_owned();
+        let merchant = stack.get_opt("MERCHANT_ID").unwrap_or("merchant-local").to_owned();
+        let client = Arc::new(Client::new(base, notify_base, secret, merchant, args.concurrency));
+        let out_dir = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("target/loadcheck/{run_id}")));
+        std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+        Ok(Self { args, stack, stripe, run_id, window, grace, lease, client, out_dir, drill_notes })
+    }
+
+    /// Plans the orders and their SKUs, says what the run will do, and
+    /// decides the drills that need the stack's consent.
+    fn plan(&mut self) -> Planned {
+        let args = &self.args;
+        let run_id = &self.run_id;
+        let create_estimate = (args.orders as f64 / args.rate.max(0.1)).ceil() as i64;
+        let started_at = OffsetDateTime::now_utc();
+        let started_unix = started_at.unix_timestamp();
+        // Buyer names are fixed before the traffic (they sign in first), so the
+        // release's outage ends at a time planned from the asked rate, with
+        // room for a stack slower than asked.
+        let release_until = started_unix + 2 * create_estimate + 30 + self.window as i64 + args.release_outage as i64;
+        let plans = plan_orders(args, run_id, release_until);
+        let stock_per_sku = (args.orders as i64 * 2) / args.skus.max(1) as i64 + 10;
+        let mut skus: BTreeMap<String, i64> =
+            (0..args.skus.max(1)).map(|j| (format!("lc-{run_id}-sku{j}"), stock_per_sku)).collect();
+        if plans.iter().any(|p| p.plan == Plan::Mix(Scenario::OverTheLimit)) {
+            skus.insert(format!("lc-{run_id}-limited"), stock_per_sku);
+        }
+        self.say_plan(&plans, &skus);
+        let restart_emulator = self.emulator_restart_possible();
+        let lost_answers = if self.args.drills.contains(&Drill::LostResponse) {
+            LostResponseDrill::start(&self.stack, &self.args.stack_env, &mut self.drill_notes)
+        } else {
+            None
+        };
+        Planned { started_at, plans, skus, stock_per_sku, restart_emulator, lost_answers }
+    }
+
+    /// Prints the run's line and its mix.
+    fn say_plan(&self, plans: &[OrderPlan], skus: &BTreeMap<String, i64>) {
+        let (args, run_id, window) = (&self.args, &self.run_id, self.window);
+        let mut mix: BTreeMap<&str, usize> = BTreeMap::new();
+        for p in plans {
+            *mix.entry(p.plan.name()).or_default() += 1;
+        }
+        println!(
+            "loadcheck run {run_id}: {} orders at {}/s (≤{} requests in flight) over {} SKUs, window {window} s; \
+             channel {}; drills: {:?}",
+            args.orders,
+            args.rate,
+            args.concurrency,
+            skus.len(),
+            match &self.stripe {
+                Some(s) => format!("stripe at {} (≤{} calls in flight)", s.base_url(), s.concurrency),
+                None => "sandbox".to_owned(),
+            },
+            args.drills
+        );
+        println!(
+            "mix (weights of the everyday scenarios: {}):",
+            MIX.iter().map(|(s, w)| format!("{} {w}", s.name())).collect::<Vec<_>>().join(", ")
+        );
+        for (name, n) in &mix {
+            println!("  {name:<26} {n:>6}");
+        }
+    }
+
+    /// Whether the emulator-restart drill runs: asked, and the stack keeps
+    /// its state across a restart (otherwise said, and noted).
+    fn emulator_restart_possible(&mut self) -> bool {
+        let restart_emulator = self.args.drills.contains(&Drill::EmulatorRestart);
+        if restart_emulator && self.stack.get_opt("PERSIST_STATE") != Some("1") {
+            let why = "emulator-restart skipped: the stack was started without PERSIST_STATE=1, so ministack \
+                       keeps its state in memory only and a restart would lose every order, queue and schedule \
+                       of the run (start it with `PERSIST_STATE=1 infra/local.sh up` to run this drill)";
+            println!("{why}");
+            self.drill_notes.push(why.to_owned());
+        }
+        restart_emulator && self.stack.get_opt("PERSIST_STATE") == Some("1")
+    }
+
+    /// Signs the buyers in, seeds the SKUs, issues the coupons: the coupons.
+    async fn setup(&self, planned: &Planned) -> Result<BTreeSet<String>, String> {
+        let (plans, skus, stock_per_sku) = (&planned.plans, &planned.skus, planned.stock_per_sku);
+        let t_setup = Instant::now();
+        let coupons = setup(&self.client, plans, skus).await?;
+        println!(
+            "setup: {} buyers signed in, {} SKUs seeded with {stock_per_sku} each, {} coupons issued in {:.1} s",
+            plans.iter().map(|p| &p.buyer).collect::<BTreeSet<_>>().len(),
+            skus.len(),
+            coupons.len(),
+            t_setup.elapsed().as_secs_f64()
+        );
+        Ok(coupons)
+    }
+
+    /// The relay-fails drill is checked by what a subscriber of the bus got
+    /// too: the run subscribes a queue of its own to the drill's buyers.
+    async fn subscribe(&mut self) -> Result<Option<subscriber::RunSubscriber>, String> {
+        if !self.args.drills.contains(&Drill::RelayFails) {
+            return Ok(None);
+        }
+        let run_id = &self.run_id;
+        let made = subscriber::subscribe(&self.stack, &subscriber::name_for(run_id), &format!("fault-relay-{run_id}-"))
+            .await?;
         if made.is_none() {
             let why = "relay-fails: the stack names no order event bus (ORDER_EVENT_BUS_NAME), so no subscriber \
                        queue can show its events: checked by its effects only";
             println!("{why}");
-            drill_notes.push(why.to_owned());
+            self.drill_notes.push(why.to_owned());
         }
-        made
-    } else {
-        None
-    };
-
-    let sweep_paused = args.drills.contains(&Drill::SweepPause);
-    if sweep_paused {
-        set_sweep(&stack, false).await?;
-        println!("drill sweep-pause: the sweep's schedule is disabled");
+        Ok(made)
     }
 
-    let multi = MultiProgress::with_draw_target(if args.quiet {
-        ProgressDrawTarget::hidden()
-    } else {
-        ProgressDrawTarget::stderr()
-    });
-    let t_traffic = Instant::now();
-    let acted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let stripe_ticker = stripe.as_ref().map(|api| stripe_progress(&multi, api, acted.clone(), plans.len()));
-    let mut restarted_at = None;
-    let (driven, last_create, restart_note) = if args.place_direct {
+    /// The sweep-pause drill's start: the sweep's schedule disabled.
+    async fn pause_sweep(&self) -> Result<bool, String> {
+        let sweep_paused = self.args.drills.contains(&Drill::SweepPause);
+        if sweep_paused {
+            set_sweep(&self.stack, false).await?;
+            println!("drill sweep-pause: the sweep's schedule is disabled");
+        }
+        Ok(sweep_paused)
+    }
+}
+
+impl Run {
+    /// The traffic: the orders driven at the asked rate, or placed directly
+    /// (`--place-direct`).
+    async fn traffic(&self, planned: &Planned, progress: &Progress) -> Result<Traffic, String> {
+        let mut traffic = if self.args.place_direct {
+            self.place_directly(&planned.plans, progress).await?
+        } else {
+            self.drive_all(planned, progress).await?
+        };
+        traffic.secs = progress.t_traffic.elapsed().as_secs_f64();
+        Ok(traffic)
+    }
+
+    async fn place_directly(&self, plans: &[OrderPlan], progress: &Progress) -> Result<Traffic, String> {
         let buyers: BTreeMap<String, String> = {
             let mut m = BTreeMap::new();
             for b in plans.iter().map(|p| p.buyer.clone()).collect::<BTreeSet<_>>() {
-                let id = client.sign_in(&b).await?;
+                let id = self.client.sign_in(&b).await?;
                 m.insert(b, id);
             }
             m
         };
+        let window = self.window;
         let first_expire = OffsetDateTime::now_utc() + Duration::from_secs(window);
         let rule_version = format!("window-{window}s");
-        let placed_bar = bar(&multi, plans.len() as u64, "placed");
+        let placed_bar = bar(&progress.multi, plans.len() as u64, "placed");
         let placed = place::place_direct(
-            &stack,
-            &plans,
+            &self.stack,
+            plans,
             &buyers,
             &place::Timing {
                 first_expire,
-                spread: Duration::from_secs(args.expire_spread),
-                concurrency: args.concurrency,
+                spread: Duration::from_secs(self.args.expire_spread),
+                concurrency: self.args.concurrency,
             },
             &rule_version,
             &placed_bar,
         )
         .await?;
         placed_bar.finish();
-        let last = t_traffic.elapsed().as_millis() as u64;
-        (placed.into_iter().map(Some).collect::<Vec<_>>(), last, None)
-    } else {
-        // The traffic: one task per order, started at the asked rate.
-        let created_bar = bar(&multi, plans.len() as u64, "created");
-        let done_bar = bar(&multi, plans.len() as u64, "acted");
+        let last = progress.t_traffic.elapsed().as_millis() as u64;
+        let driven = placed.into_iter().map(Some).collect::<Vec<_>>();
+        Ok(Traffic { driven, last_create: last, secs: 0.0, restarted_at: None, restart_note: None })
+    }
+
+    /// The traffic: one task per order, started at the asked rate.
+    async fn drive_all(&self, planned: &Planned, progress: &Progress) -> Result<Traffic, String> {
+        let (plans, multi, t_traffic) = (&planned.plans, &progress.multi, progress.t_traffic);
+        let created_bar = bar(multi, plans.len() as u64, "created");
+        let done_bar = bar(multi, plans.len() as u64, "acted");
         let opts = Arc::new(scenario::DriveOptions {
-            channel_outage: Duration::from_secs(args.channel_outage),
-            stripe: stripe.clone(),
+            channel_outage: Duration::from_secs(self.args.channel_outage),
+            stripe: self.stripe.clone(),
         });
         // The emulator restart comes when half the orders are created.
         let created_count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let restart = restart_emulator.then(|| {
-            let created_count = created_count.clone();
-            let half = plans.len() / 2;
-            let root = args.stack_env.canonicalize().ok().and_then(|p| p.parent()?.parent().map(PathBuf::from));
-            tokio::spawn(async move {
-                while created_count.load(std::sync::atomic::Ordering::Relaxed) < half {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                let at = OffsetDateTime::now_utc();
-                let t = Instant::now();
-                let out = tokio::task::spawn_blocking(move || {
-                    let root = root.ok_or("the repository root (the stack file's folder's parent) is unknown")?;
-                    std::process::Command::new(root.join("infra/local.sh"))
-                        .arg("restart")
-                        .current_dir(&root)
-                        .output()
-                        .map_err(|e| format!("infra/local.sh restart: {e}"))
-                })
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()));
-                let took = t.elapsed().as_secs_f64();
-                match out {
-                    Ok(o) if o.status.success() => Ok((at, took)),
-                    Ok(o) => Err(format!(
-                        "infra/local.sh restart failed ({}): {}{}",
-                        o.status,
-                        String::from_utf8_lossy(&o.stdout),
-                        String::from_utf8_lossy(&o.stderr)
-                    )),
-                    Err(e) => Err(e),
-                }
-            })
-        });
+        let restart = planned.restart_emulator.then(|| self.restart_emulator_at(plans.len() / 2, &created_count));
         let mut tasks = tokio::task::JoinSet::new();
-        let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate.max(0.1)));
+        let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / self.args.rate.max(0.1)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
         let created_at_end = Arc::new(std::sync::Mutex::new(Vec::<(usize, u64)>::new()));
         for p in plans.iter().cloned() {
             tick.tick().await;
             let (client, opts, created_bar, done_bar, acted) =
-                (client.clone(), opts.clone(), created_bar.clone(), done_bar.clone(), acted.clone());
+                (self.client.clone(), opts.clone(), created_bar.clone(), done_bar.clone(), progress.acted.clone());
             let ends = created_at_end.clone();
             let created_count = created_count.clone();
             let t0 = t_traffic;
@@ -575,38 +764,223 @@ async fn run_inner(mut args: Args) -> Result<i32, String> {
         }
         created_bar.finish();
         done_bar.finish();
-        let mut restart_note = None;
-        if let Some(task) = restart {
-            let note = match task.await {
-                Ok(Ok((at, took))) => {
-                    restarted_at = Some(at);
-                    format!(
-                    "drill emulator-restart: ministack stopped and started again with its state at {} ({took:.1} s), \
-                     half the orders created; calls in flight then were retried",
-                        at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
-                    )
-                }
-                Ok(Err(e)) => return Err(format!("drill emulator-restart: {e}")),
-                Err(e) => return Err(format!("drill emulator-restart: {e}")),
-            };
-            println!("{note}");
-            restart_note = Some(note);
-        }
+        let (restarted_at, restart_note) = match restart {
+            Some(task) => restart_outcome(task).await?,
+            None => (None, None),
+        };
         let last = created_at_end.lock().unwrap().iter().map(|(_, t)| *t).max().unwrap_or(0);
-        (driven, last, restart_note)
-    };
-    let traffic_secs = t_traffic.elapsed().as_secs_f64();
+        Ok(Traffic { driven, last_create: last, secs: 0.0, restarted_at, restart_note })
+    }
 
-    let mut scope = Scope {
-        skus: skus.clone(),
-        coupons: coupons.clone(),
-        started_at: Some(started_at),
-        restarted_at,
-        event_queue_url: relay_subscriber.as_ref().map(|s| s.queue_url.clone()),
-        ..Default::default()
+    /// The emulator-restart drill: once `half` the orders are created,
+    /// `infra/local.sh restart`; when it stopped the emulator, and how long
+    /// the restart took (s).
+    fn restart_emulator_at(
+        &self,
+        half: usize,
+        created_count: &Arc<std::sync::atomic::AtomicUsize>,
+    ) -> tokio::task::JoinHandle<Result<(OffsetDateTime, f64), String>> {
+        let created_count = created_count.clone();
+        let root = self.args.stack_env.canonicalize().ok().and_then(|p| p.parent()?.parent().map(PathBuf::from));
+        tokio::spawn(async move {
+            while created_count.load(std::sync::atomic::Ordering::Relaxed) < half {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let at = OffsetDateTime::now_utc();
+            let t = Instant::now();
+            let out = tokio::task::spawn_blocking(move || {
+                let root = root.ok_or("the repository root (the stack file's folder's parent) is unknown")?;
+                std::process::Command::new(root.join("infra/local.sh"))
+                    .arg("restart")
+                    .current_dir(&root)
+                    .output()
+                    .map_err(|e| format!("infra/local.sh restart: {e}"))
+            })
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()));
+            let took = t.elapsed().as_secs_f64();
+            match out {
+                Ok(o) if o.status.success() => Ok((at, took)),
+                Ok(o) => Err(format!(
+                    "infra/local.sh restart failed ({}): {}{}",
+                    o.status,
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                )),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    /// The sweep comes back once its backlog is due, plus the pause: when
+    /// it was enabled again.
+    async fn resume_sweep(&self, plans: &[OrderPlan], accepted: &Accepted) -> Result<OffsetDateTime, String> {
+        let last_backlog = accepted
+            .expire
+            .values()
+            .filter(|(_, i)| plans[*i].plan == Plan::Drill(Drilled::SweepBacklog))
+            .map(|(e, _)| *e)
+            .max()
+            .unwrap_or(accepted.last_expire);
+        let resume_at = last_backlog + Duration::from_secs(self.grace + self.args.sweep_pause);
+        let wait = (resume_at - OffsetDateTime::now_utc()).whole_milliseconds().max(0) as u64;
+        println!("drill sweep-pause: resuming the sweep in {:.0} s", wait as f64 / 1000.0);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        set_sweep(&self.stack, true).await?;
+        Ok(OffsetDateTime::now_utc())
+    }
+
+    /// The drain: stock first (every reservation released or sold means
+    /// every order is final), then each order's own effects and refunds.
+    async fn drain(&self, skus: &BTreeMap<String, i64>, expire: &Expiries, multi: &MultiProgress) -> Drained {
+        let drain_deadline = Instant::now() + Duration::from_secs(self.args.drain_timeout);
+        let stock_released_at = self.drain_stock(skus, multi, drain_deadline).await;
+        let (views, open) = self.drain_orders(expire, multi, drain_deadline).await;
+        Drained { stock_released_at, views, open }
+    }
+
+    /// Waits until no unit is reserved over the run's SKUs: when that was seen.
+    async fn drain_stock(
+        &self,
+        skus: &BTreeMap<String, i64>,
+        multi: &MultiProgress,
+        drain_deadline: Instant,
+    ) -> Option<OffsetDateTime> {
+        let client = &self.client;
+        let initial_reserved = reserved_units(client, skus).await.unwrap_or(0);
+        let stock_bar = bar(multi, initial_reserved.max(0) as u64, "reserved");
+        stock_bar.set_message("units still reserved over the run's SKUs");
+        let mut stock_released_at = None;
+        loop {
+            if let Some(left) = reserved_units(client, skus).await {
+                stock_bar.set_position((initial_reserved - left).max(0) as u64);
+                if left == 0 {
+                    stock_released_at = Some(OffsetDateTime::now_utc());
+                    break;
+                }
+            }
+            if Instant::now() > drain_deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1000)).await;
+        }
+        stock_bar.finish();
+        stock_released_at
+    }
+
+    /// Reads the orders' admin views until each is settled: the last view
+    /// of each, and the orders still not settled.
+    async fn drain_orders(
+        &self,
+        expire: &Expiries,
+        multi: &MultiProgress,
+        drain_deadline: Instant,
+    ) -> (BTreeMap<String, Value>, Vec<String>) {
+        let order_bar = bar(multi, expire.len() as u64, "settled");
+        order_bar.set_message("orders final with nothing pending");
+        let mut views: BTreeMap<String, Value> = BTreeMap::new();
+        let mut open: Vec<String> = expire.keys().cloned().collect();
+        loop {
+            let read: Vec<(String, Result<Value, String>)> =
+                futures_util::stream::iter(open.iter().cloned().map(|id| {
+                    let client = self.client.clone();
+                    async move {
+                        let v = scenario::admin_view(&client, &id).await;
+                        (id, v)
+                    }
+                }))
+                .buffer_unordered(self.args.concurrency.max(1))
+                .collect()
+                .await;
+            open.clear();
+            for (id, v) in read {
+                match v {
+                    Ok(v) if settled(&v) => {
+                        views.insert(id, v);
+                        order_bar.inc(1);
+                    }
+                    Ok(v) => {
+                        views.insert(id.clone(), v);
+                        open.push(id);
+                    }
+                    Err(_) => open.push(id),
+                }
+            }
+            if open.is_empty() || Instant::now() > drain_deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        order_bar.finish();
+        (views, open)
+    }
+
+    /// What the summary says of a drain that timed out (nothing otherwise).
+    fn drain_notes(&self, drained: &Drained, plans: &[OrderPlan], expire: &Expiries) -> Vec<String> {
+        let mut drain_notes = Vec::new();
+        let open = &drained.open;
+        if !open.is_empty() {
+            drain_notes.push(format!(
+                "drain timed out after {} s with {} orders not settled, e.g.:",
+                self.args.drain_timeout,
+                open.len()
+            ));
+            for id in open.iter().take(10) {
+                let v = drained.views.get(id).cloned().unwrap_or(Value::Null);
+                drain_notes.push(format!(
+                    "  {id} ({}): status {}, held {}",
+                    plans[expire[id].1].plan.name(),
+                    v["status"],
+                    v["held"]
+                ));
+            }
+        }
+        drain_notes
+    }
+
+    /// How long past `expire_at` an order may still be open before the
+    /// check calls it a violation.
+    fn open_bound(&self, sweep_paused: bool, accepted: &Accepted) -> Duration {
+        let (grace, last_expire) = (self.grace, accepted.last_expire);
+        2 * SWEEP_PERIOD
+            + Duration::from_secs(grace + self.lease + 60)
+            + if sweep_paused {
+                // Everything due while the sweep was off waits for it.
+                let first_expire = accepted.expire.values().map(|(e, _)| *e).min().unwrap_or(last_expire);
+                Duration::from_secs(self.args.sweep_pause + grace)
+                    + Duration::from_millis((last_expire - first_expire).whole_milliseconds().max(0) as u64)
+            } else {
+                Duration::ZERO
+            }
+            + Duration::from_secs(self.args.channel_outage)
+    }
+}
+
+/// The emulator-restart drill's end: when it stopped the emulator and the
+/// note saying so (printed), or why it failed.
+async fn restart_outcome(
+    task: tokio::task::JoinHandle<Result<(OffsetDateTime, f64), String>>,
+) -> Result<(Option<OffsetDateTime>, Option<String>), String> {
+    let (at, took) = match task.await {
+        Ok(Ok(restarted)) => restarted,
+        Ok(Err(e)) => return Err(format!("drill emulator-restart: {e}")),
+        Err(e) => return Err(format!("drill emulator-restart: {e}")),
     };
-    let mut expire: BTreeMap<String, (OffsetDateTime, usize)> = BTreeMap::new();
-    for (i, d) in driven.iter().enumerate() {
+    let note = format!(
+        "drill emulator-restart: ministack stopped and started again with its state at {} ({took:.1} s), \
+         half the orders created; calls in flight then were retried",
+        at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+    );
+    println!("{note}");
+    Ok((Some(at), Some(note)))
+}
+
+/// The accepted orders into the scope (the relay-fails drill's apart too),
+/// said; an error when none was.
+fn accept(scope: &mut Scope, plans: &[OrderPlan], traffic: &Traffic) -> Result<Accepted, String> {
+    let mut expire: Expiries = BTreeMap::new();
+    for (i, d) in traffic.driven.iter().enumerate() {
         if let Some(Driven { order_id: Some(id), expire_at: Some(e), .. }) = d {
             scope.orders.insert(id.clone());
             if plans[i].plan == Plan::Drill(Drilled::RelayFails) {
@@ -615,190 +989,52 @@ async fn run_inner(mut args: Args) -> Result<i32, String> {
             expire.insert(id.clone(), (*e, i));
         }
     }
-    let create_ms: Vec<u64> = driven.iter().flatten().filter_map(|d| d.create_ms).collect();
+    let create_ms: Vec<u64> = traffic.driven.iter().flatten().filter_map(|d| d.create_ms).collect();
     println!(
         "traffic: {} orders accepted in {:.1} s of scenario time; creates done {:.1} s after the first started",
         scope.orders.len(),
-        traffic_secs,
-        last_create as f64 / 1000.0
+        traffic.secs,
+        traffic.last_create as f64 / 1000.0
     );
     let Some(last_expire) = expire.values().map(|(e, _)| *e).max() else {
         return Err("no order was accepted".into());
     };
+    Ok(Accepted { expire, create_ms, last_expire })
+}
 
-    // The sweep comes back once its backlog is due, plus the pause.
-    let mut sweep_resumed = None;
-    if sweep_paused {
-        let last_backlog = expire
-            .values()
-            .filter(|(_, i)| plans[*i].plan == Plan::Drill(Drilled::SweepBacklog))
-            .map(|(e, _)| *e)
-            .max()
-            .unwrap_or(last_expire);
-        let resume_at = last_backlog + Duration::from_secs(grace + args.sweep_pause);
-        let wait = (resume_at - OffsetDateTime::now_utc()).whole_milliseconds().max(0) as u64;
-        println!("drill sweep-pause: resuming the sweep in {:.0} s", wait as f64 / 1000.0);
-        tokio::time::sleep(Duration::from_millis(wait)).await;
-        set_sweep(&stack, true).await?;
-        sweep_resumed = Some(OffsetDateTime::now_utc());
-    }
-
-    // The drain: stock first (every reservation released or sold means
-    // every order is final), then each order's own effects and refunds.
-    let drain_deadline = Instant::now() + Duration::from_secs(args.drain_timeout);
-    let initial_reserved = reserved_units(&client, &skus).await.unwrap_or(0);
-    let stock_bar = bar(&multi, initial_reserved.max(0) as u64, "reserved");
-    stock_bar.set_message("units still reserved over the run's SKUs");
-    let mut stock_released_at = None;
-    loop {
-        if let Some(left) = reserved_units(&client, &skus).await {
-            stock_bar.set_position((initial_reserved - left).max(0) as u64);
-            if left == 0 {
-                stock_released_at = Some(OffsetDateTime::now_utc());
-                break;
-            }
-        }
-        if Instant::now() > drain_deadline {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(1000)).await;
-    }
-    stock_bar.finish();
-
-    let order_bar = bar(&multi, expire.len() as u64, "settled");
-    order_bar.set_message("orders final with nothing pending");
-    let mut views: BTreeMap<String, Value> = BTreeMap::new();
-    let mut open: Vec<String> = expire.keys().cloned().collect();
-    loop {
-        let read: Vec<(String, Result<Value, String>)> = futures_util::stream::iter(open.iter().cloned().map(|id| {
-            let client = client.clone();
-            async move {
-                let v = scenario::admin_view(&client, &id).await;
-                (id, v)
-            }
-        }))
-        .buffer_unordered(args.concurrency.max(1))
-        .collect()
-        .await;
-        open.clear();
-        for (id, v) in read {
-            match v {
-                Ok(v) if settled(&v) => {
-                    views.insert(id, v);
-                    order_bar.inc(1);
-                }
-                Ok(v) => {
-                    views.insert(id.clone(), v);
-                    open.push(id);
-                }
-                Err(_) => open.push(id),
-            }
-        }
-        if open.is_empty() || Instant::now() > drain_deadline {
-            break;
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
-    order_bar.finish();
-    if let (Some(ticker), Some(api)) = (stripe_ticker, &stripe) {
-        ticker.abort();
-        drill_notes.push(format!("stripe (the buyers' side, traffic and drain): {}", api.progress()));
-    }
-    let mut drain_notes = Vec::new();
-    if !open.is_empty() {
-        drain_notes.push(format!(
-            "drain timed out after {} s with {} orders not settled, e.g.:",
-            args.drain_timeout,
-            open.len()
-        ));
-        for id in open.iter().take(10) {
-            let v = views.get(id).cloned().unwrap_or(Value::Null);
-            drain_notes.push(format!(
-                "  {id} ({}): status {}, held {}",
-                plans[expire[id].1].plan.name(),
-                v["status"],
-                v["held"]
-            ));
-        }
-    }
-    let settled_at = OffsetDateTime::now_utc();
-
-    // The invariant check over the run's records.
-    scope.open_bound = 2 * SWEEP_PERIOD
-        + Duration::from_secs(grace + lease + 60)
-        + if sweep_paused {
-            // Everything due while the sweep was off waits for it.
-            let first_expire = expire.values().map(|(e, _)| *e).min().unwrap_or(last_expire);
-            Duration::from_secs(args.sweep_pause + grace)
-                + Duration::from_millis((last_expire - first_expire).whole_milliseconds().max(0) as u64)
-        } else {
-            Duration::ZERO
-        }
-        + Duration::from_secs(args.channel_outage);
-    write_scope(&out_dir.join("scope.json"), &scope)?;
-    let verdict = verify::verify(&stack, &scope, args.stripe_concurrency).await;
-    if let Some(sub) = relay_subscriber {
-        if let Err(e) = sub.remove(&stack).await {
-            eprintln!("loadcheck: {e}");
-        }
-    }
-
+/// Each plan with what driving it produced and its order's outcome: the
+/// check's, or else the one the drain's last admin view shows.
+fn order_rows(
+    plans: &[OrderPlan],
+    driven: &[Option<Driven>],
+    expire: &Expiries,
+    views: &BTreeMap<String, Value>,
+    verdict: &Result<verify::Verdict, String>,
+) -> Vec<OrderRow> {
     let own: Vec<OrderOutcome> =
         expire.iter().filter_map(|(id, (e, _))| views.get(id).map(|v| outcome_of(v, *e))).collect();
-    let outcomes = match &verdict {
+    let outcomes = match verdict {
         Ok(v) if !v.orders.is_empty() => v.orders.clone(),
         _ => own,
     };
     let by_id: BTreeMap<&str, &OrderOutcome> = outcomes.iter().map(|o| (o.order_id.as_str(), o)).collect();
-    let rows: Vec<OrderRow> = plans
+    plans
         .iter()
-        .zip(&driven)
+        .zip(driven)
         .map(|(p, d)| {
             let d = d.clone().unwrap_or_default();
             let outcome = d.order_id.as_deref().and_then(|id| by_id.get(id)).map(|o| (*o).clone());
             OrderRow { index: p.index, plan: p.plan, driven: d, outcome }
         })
-        .collect();
-    let backlog_drain = sweep_resumed.map(|resumed| {
-        let last_final = rows
-            .iter()
-            .filter(|r| r.plan == Plan::Drill(Drilled::SweepBacklog))
-            .filter_map(|r| r.outcome.as_ref().and_then(|o| o.final_at))
-            .max();
-        (resumed, last_final)
-    });
-    let facts = RunFacts {
-        run_id: run_id.clone(),
-        rate: args.rate,
-        window,
-        create_ms,
-        first_create_to_last_s: last_create as f64 / 1000.0,
-        last_expire,
-        stock_released_at,
-        settled_at,
-        backlog_drain,
-        drill_failures: lost_answers.map(|d| d.finish(&mut drill_notes)).into_iter().flatten().collect(),
-        drill_notes: drill_notes.into_iter().chain(restart_note).collect(),
-        stripe: stripe.is_some(),
-        drain_notes,
-        out_dir,
-        replays: rows.iter().map(|r| r.driven.replays as usize).sum(),
-        drills_asked: [
-            (Drill::CrashCloser, Drilled::CrashCloser),
-            (Drill::ChannelTimeout, Drilled::ChannelTimeout),
-            (Drill::ChannelNotFound, Drilled::ChannelNotFound),
-            (Drill::SchedulerDown, Drilled::SchedulerDown),
-            (Drill::ReleaseFails, Drilled::ReleaseFails),
-            (Drill::SweepPause, Drilled::SweepBacklog),
-            (Drill::RelayFails, Drilled::RelayFails),
-            (Drill::SlowChannel, Drilled::SlowChannel),
-        ]
-        .into_iter()
-        .filter(|(d, _)| args.drills.contains(d))
-        .map(|(_, o)| Plan::Drill(o).name())
-        .collect(),
-    };
-    Ok(report::report(&facts, &rows, verdict))
+        .collect()
+}
+
+/// When the sweep-pause drill's backlog was final, the last of its orders.
+fn last_backlog_final(rows: &[OrderRow]) -> Option<OffsetDateTime> {
+    rows.iter()
+        .filter(|r| r.plan == Plan::Drill(Drilled::SweepBacklog))
+        .filter_map(|r| r.outcome.as_ref().and_then(|o| o.final_at))
+        .max()
 }
 
 /// The run's scope as `scope.json`, so the check can be run again later.

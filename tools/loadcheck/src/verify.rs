@@ -415,356 +415,480 @@ fn to_json(item: HashMap<String, AttributeValue>) -> Value {
 
 /// The checks over what was read; `now` bounds "open too long".
 pub fn check(records: &Records, scope: &Scope, now: OffsetDateTime) -> Verdict {
-    let mut v = Verdict::default();
-    let mut violations = Vec::new();
-    let mut flag = |invariant: &'static str, subject: &str, detail: String| {
-        violations.push(Violation { invariant, subject: subject.to_owned(), detail });
-    };
-    let mut skipped = BTreeMap::new();
-    let mut outcomes = Vec::new();
-    let mut counts: BTreeMap<String, i64> = BTreeMap::new();
-    // Per SKU: quantities RESERVED / CONFIRMED over the run's orders.
-    let mut held: BTreeMap<String, (i64, i64)> = BTreeMap::new();
-    // Per coupon: the orders whose lock of it is USED.
-    let mut used_by: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut found = Findings::default();
+    let mut held = Held::default();
     // Ledger rows by order: the sandbox's, and Stripe's figures as rows.
     let stripe_rows = at_stripe::ledger_rows(&records.stripe);
     let mut ledger: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
     for row in records.ledger.iter().chain(&stripe_rows) {
         ledger.entry(row["order_id"].as_str().unwrap_or_default()).or_default().push(row);
     }
-
+    let mut outcomes = Vec::new();
     for id in &scope.orders {
-        let Some(r) = records.orders.get(id) else {
-            flag("order_missing", id, "the API accepted it, but it was not read back".into());
-            continue;
-        };
-        let Some(order) = &r.order else {
-            flag("order_missing", id, "no ORDER record under its partition".into());
-            continue;
-        };
-        let status = order["status"].as_str().unwrap_or("?").to_owned();
-        *counts.entry(format!("orders.{status}")).or_default() += 1;
-        let Some(expire_at) = time_of(&order["expire_at"]) else {
-            flag("record_undecodable", id, format!("expire_at {} is not RFC 3339", order["expire_at"]));
-            continue;
-        };
-        let is_final = status == "PAID" || status == "CLOSED";
-        if !is_final {
-            flag("not_final", id, format!("{status}, expire_at {}", order["expire_at"]));
-            let late = now - expire_at;
-            if late > scope.open_bound {
-                flag("open_past_bound", id, format!("{status} {:.0} s after expire_at", late.as_seconds_f64()));
-            }
-        }
-
-        // The history: exactly one entry into a final status, and it is
-        // the last one (nothing moves an order out of PAID or CLOSED).
-        let history = order["history"].as_array().cloned().unwrap_or_default();
-        let finals: Vec<&Value> =
-            history.iter().filter(|h| matches!(h["to"].as_str(), Some("PAID" | "CLOSED"))).collect();
-        let final_at = finals.first().and_then(|h| time_of(&h["at"]));
-        if let (true, Some(at)) = (is_final, final_at) {
-            // Final now, but open for too long before it got there.
-            let late = at - expire_at;
-            if late > scope.open_bound {
-                flag("open_past_bound", id, format!("became {status} {:.0} s after expire_at", late.as_seconds_f64()));
-            }
-        }
-        if is_final {
-            let last_to = history.last().and_then(|h| h["to"].as_str());
-            if finals.len() != 1 || last_to != Some(status.as_str()) {
-                flag(
-                    "final_transitions",
-                    id,
-                    format!("status {status}; history into a final status: {}", summary_of(&finals)),
-                );
-            }
-        } else if !finals.is_empty() {
-            flag("final_transitions", id, format!("status {status} after {}", summary_of(&finals)));
-        }
-        if history.iter().any(|h| matches!(h["from"].as_str(), Some("PAID" | "CLOSED"))) {
-            flag("final_transitions", id, "a history entry leaves a final status".into());
-        }
-
-        // What the order holds, settled the way its outcome requires.
-        for res in &r.reservations {
-            let (kind, key) = kind_and_key(res);
-            let sku = format!("{kind} {key}");
-            let qty = res["qty"].as_i64().unwrap_or(0);
-            let rs = res["status"].as_str().unwrap_or("?");
-            if !RESERVATION_STATUSES.contains(&rs) {
-                flag("holding_status_unknown", id, format!("reservation of {sku} has status {}", res["status"]));
-            }
-            let e = held.entry(format!("{kind}#{key}")).or_default();
-            match rs {
-                "RESERVED" => e.0 += qty,
-                "CONFIRMED" => e.1 += qty,
-                _ => {}
-            }
-            match (status.as_str(), rs) {
-                ("PAID", "RELEASED") => flag("released_on_paid", id, format!("reservation of {sku} RELEASED")),
-                ("CLOSED", "CONFIRMED") => flag("confirmed_on_closed", id, format!("reservation of {sku} CONFIRMED")),
-                ("PAID" | "CLOSED", "RESERVED") => {
-                    flag("effects_pending", id, format!("{status} but its reservation of {sku} is still RESERVED"))
-                }
-                _ => {}
-            }
-        }
-        if r.coupon_locks.len() > 1 {
-            let held: Vec<&str> = r.coupon_locks.iter().map(|l| l["coupon_id"].as_str().unwrap_or("?")).collect();
-            flag("coupon_locks_per_order", id, format!("{} coupon locks: {held:?}", held.len()));
-        }
-        for lock in &r.coupon_locks {
-            let coupon = lock["coupon_id"].as_str().unwrap_or_default().to_owned();
-            let ls = lock["status"].as_str().unwrap_or("?");
-            if !COUPON_LOCK_STATUSES.contains(&ls) {
-                flag("holding_status_unknown", id, format!("coupon lock of {coupon} has status {}", lock["status"]));
-            }
-            if ls == "USED" {
-                used_by.entry(coupon.clone()).or_default().push(id.clone());
-            }
-            match (status.as_str(), ls) {
-                ("PAID", "AVAILABLE" | "EXPIRED" | "VOID") => {
-                    flag("released_on_paid", id, format!("coupon lock of {coupon} {ls}"))
-                }
-                ("CLOSED", "USED") => flag("confirmed_on_closed", id, format!("coupon lock of {coupon} USED")),
-                ("PAID" | "CLOSED", "LOCKED") => {
-                    flag("effects_pending", id, format!("{status} but its coupon lock of {coupon} is still LOCKED"))
-                }
-                _ => {}
-            }
-        }
-        // What it holds is what it was created with: a reservation per line
-        // (same SKU, same quantity) and the lock of its coupon. A missing or
-        // short one would let a PAID order keep goods or a discount it never
-        // took from the stock or the coupon, with every count still adding up.
-        let mut lines: BTreeMap<String, i64> = BTreeMap::new();
-        for line in order["items"].as_array().into_iter().flatten() {
-            *lines.entry(line["sku"].as_str().unwrap_or("?").to_owned()).or_default() +=
-                line["qty"].as_i64().unwrap_or(-1);
-        }
-        let mut holds: BTreeMap<String, i64> = BTreeMap::new();
-        let mut limited: BTreeMap<String, i64> = BTreeMap::new();
-        let mut points = 0;
-        for res in &r.reservations {
-            let (kind, key) = kind_and_key(res);
-            let qty = res["qty"].as_i64().unwrap_or(-1);
-            match kind {
-                "STOCK" => *holds.entry(key.to_owned()).or_default() += qty,
-                "PURCHASE_LIMIT" => {
-                    *limited.entry(key.split_once('#').map_or(key, |(_, s)| s).to_owned()).or_default() += qty
-                }
-                "POINTS" => points += qty,
-                _ => {}
-            }
-        }
-        if lines.is_empty() || lines != holds {
-            flag("holdings_match_order", id, format!("lines {lines:?}, reservations {holds:?}"));
-        }
-        // A purchase-limit holding is of a line, for the line's quantity;
-        // the points held are the order's.
-        if limited.iter().any(|(sku, q)| lines.get(sku) != Some(q)) {
-            flag("holdings_match_order", id, format!("lines {lines:?}, purchase-limit holdings {limited:?}"));
-        }
-        if points != order["points"].as_i64().unwrap_or(0) {
-            flag("holdings_match_order", id, format!("points {}, points held {points}", order["points"]));
-        }
-        let lock_of = r.coupon_locks.first().and_then(|l| l["coupon_id"].as_str());
-        if order["coupon_id"].as_str() != lock_of {
-            flag("holdings_match_order", id, format!("coupon_id {}, coupon lock of {lock_of:?}", order["coupon_id"]));
-        }
-        if is_final && !order["due_shard"].is_null() {
-            flag(
-                "effects_pending",
-                id,
-                format!("still in the due index ({} at {})", order["due_shard"], order["due_at"]),
-            );
-        }
-
-        // Payments: the paying one, and every other success refunded.
-        let attempts: BTreeMap<&str, &Value> =
-            r.payments.iter().map(|p| (p["payment_id"].as_str().unwrap_or_default(), p)).collect();
-        let refunds: BTreeMap<&str, &Value> =
-            r.refunds.iter().map(|p| (p["payment_id"].as_str().unwrap_or_default(), p)).collect();
+        let Some(o) = OrderUnderCheck::read(id, records, scope, now, &mut found) else { continue };
+        let final_at = check_history(&o, scope, &mut found);
+        check_settled_reservations(&o, &mut held, &mut found);
+        check_settled_coupon_locks(&o, &mut held, &mut found);
+        check_holdings_match_order(&o, &mut found);
+        check_left_due_index(&o, &mut found);
         let rows = ledger.get(id.as_str()).cloned().unwrap_or_default();
-        let channel: BTreeMap<&str, &Value> =
-            rows.iter().map(|p| (p["payment_id"].as_str().unwrap_or_default(), *p)).collect();
-        let amount = order["amount_total"].as_i64().unwrap_or(-1);
-        let paid_by = order["paid_by"].as_str();
-        if status == "PAID" {
-            let at_channel = paid_by.and_then(|p| channel.get(p));
-            let ok = at_channel.is_some_and(|c| {
-                c["status"] == "SUCCEEDED" && c["amount"].as_i64() == Some(amount) && c["currency"] == order["currency"]
-            }) && paid_by.and_then(|p| attempts.get(p)).is_some_and(|a| a["status"] == "SUCCEEDED");
-            if !ok {
-                flag(
-                    "paid_without_success",
-                    id,
-                    format!("paid_by {paid_by:?}: channel {:?}", at_channel.map(|c| &c["status"])),
-                );
-            }
-        } else if paid_by.is_some() {
-            flag("paid_without_success", id, format!("{status} but paid_by {paid_by:?} is set"));
-        }
-        // An order closes only once every attempt of it is decided: the
-        // close closes a processing payment at the channel (it ends FAILED
-        // there) or waits. A CLOSED order with a payment still live at the
-        // channel, or undecided in its own records, was closed on an
-        // unknown payment state.
-        if status == "CLOSED" {
-            for (pid, row) in &channel {
-                if row["status"] == "PROCESSING" {
-                    flag("unknown_released", id, format!("payment {pid} is still PROCESSING at the channel"));
-                }
-            }
-            for (pid, a) in &attempts {
-                if matches!(a["status"].as_str(), Some("PROCESSING" | "UNKNOWN")) {
-                    flag("unknown_released", id, format!("its attempt {pid} is {}", a["status"]));
-                }
-            }
-        }
-        for (pid, row) in &channel {
-            *counts.entry(format!("channel.{}", row["status"].as_str().unwrap_or("?"))).or_default() += 1;
-            if !attempts.contains_key(pid) {
-                flag(
-                    "ledger_unknown_order",
-                    id,
-                    format!("the channel has payment {pid}, the order has no attempt for it"),
-                );
-            }
-            if row["status"] != "SUCCEEDED" {
-                continue;
-            }
-            let paying = status == "PAID" && paid_by == Some(*pid);
-            let refunded = refunds.get(pid).is_some_and(|f| f["status"] == "REFUNDED");
-            if paying == refunded {
-                flag(
-                    "success_unaccounted",
-                    id,
-                    format!("channel success {pid}: paying {paying}, refunded {refunded} (exactly one must hold)"),
-                );
-            }
-        }
-        for (pid, refund) in &refunds {
-            let rs = refund["status"].as_str().unwrap_or("?");
-            *counts.entry(format!("refunds.{rs}")).or_default() += 1;
-            let want = attempts.get(pid).and_then(|a| a["amount"].as_i64());
-            let at_channel = channel.get(pid).and_then(|c| c["refunded_amount"].as_i64()).unwrap_or(0);
-            if rs != "REFUNDED" || refund["amount"].as_i64() != want || Some(at_channel) != want {
-                flag(
-                    "refund_unsettled",
-                    id,
-                    format!(
-                        "refund of {pid}: {rs}, amount {}, attempt {want:?}, refunded at the channel {at_channel}",
-                        refund["amount"]
-                    ),
-                );
-            }
-        }
-        // The funds identity on the channel's own figures (seed 003 §06).
-        let received: i64 =
-            rows.iter().filter(|c| c["status"] == "SUCCEEDED").filter_map(|c| c["amount"].as_i64()).sum();
-        let returned: i64 = rows.iter().filter_map(|c| c["refunded_amount"].as_i64()).sum();
-        let expected = match status.as_str() {
-            "PAID" => Some(amount),
-            "CLOSED" => Some(0),
-            _ => None,
-        };
-        if let Some(expected) = expected {
-            if received - returned != expected {
-                flag(
-                    "funds_identity",
-                    id,
-                    format!("{status}: received {received} - refunded {returned} != {expected}"),
-                );
-            }
-        }
-
+        let payments = Payments::of(&o, &rows);
+        check_paid_by(&o, &payments, &mut found);
+        check_unknown_released(&o, &payments, &mut found);
+        check_channel_payments(&o, &payments, &mut found);
+        check_refunds(&o, &payments, &mut found);
+        check_funds_identity(&o, &rows, payments.amount, &mut found);
         outcomes.push(OrderOutcome {
             order_id: id.clone(),
-            status: status.clone(),
-            expire_at,
-            final_at: if is_final { final_at } else { None },
-            refunds: r.refunds.len(),
+            status: o.status.clone(),
+            expire_at: o.expire_at,
+            final_at: if o.is_final { final_at } else { None },
+            refunds: o.records.refunds.len(),
         });
     }
-
     for (sku, initial) in &scope.skus {
-        let Some(Some(stock)) = records.stocks.get(sku) else {
-            flag("stock_record", &format!("SKU#{sku}"), "missing".into());
-            continue;
-        };
-        let (available, reserved, sold) = (
-            stock["available"].as_i64().unwrap_or(-1),
-            stock["reserved"].as_i64().unwrap_or(-1),
-            stock["sold"].as_i64().unwrap_or(0),
-        );
-        if available < 0 || reserved < 0 || sold < 0 {
-            flag(
-                "stock_record",
-                &format!("SKU#{sku}"),
-                format!("available {available}, reserved {reserved}, sold {sold}"),
-            );
-        }
-        let (want_reserved, want_sold) = held.get(&format!("STOCK#{sku}")).copied().unwrap_or_default();
-        if available + reserved + sold != *initial || reserved != want_reserved || sold != want_sold {
-            flag(
-                "stock_conservation",
-                &format!("SKU#{sku}"),
-                format!(
-                    "seeded {initial}; available {available} + reserved {reserved} + sold {sold}; the orders hold \
-                     {want_reserved} RESERVED and {want_sold} CONFIRMED"
-                ),
-            );
-        }
-        counts.insert(format!("stock.{sku}.sold"), sold);
+        check_stock(records, sku, *initial, &held, &mut found);
     }
-
     for c in &scope.coupons {
-        let Some(Some(coupon)) = records.coupons.get(c) else {
-            flag("coupon_conservation", &format!("COUPON#{c}"), "missing".into());
-            continue;
-        };
-        let state = coupon["state"].as_str().unwrap_or("?");
-        *counts.entry(format!("coupons.{state}")).or_default() += 1;
-        let users = used_by.get(c).cloned().unwrap_or_default();
-        let paid_users: Vec<&String> = users
-            .iter()
-            .filter(|o| records.orders.get(*o).and_then(|r| r.order.as_ref()).is_some_and(|o| o["status"] == "PAID"))
-            .collect();
-        let ok = match state {
-            // Settling a lock removes the coupon's `locked_by`, so the
-            // order that used it is known from the locks alone.
-            "USED" => users.len() == 1 && paid_users.len() == 1,
-            "LOCKED" => {
-                flag("coupon_left_locked", &format!("COUPON#{c}"), format!("locked by {}", coupon["locked_by"]));
-                users.is_empty()
-            }
-            _ => users.is_empty(),
-        };
-        if !ok {
-            flag(
-                "coupon_conservation",
-                &format!("COUPON#{c}"),
-                format!(
-                    "state {state}, locked_by {}; USED by orders {users:?} (PAID: {paid_users:?})",
-                    coupon["locked_by"]
-                ),
-            );
-        }
+        check_coupon(records, c, &held, &mut found);
     }
 
-    check_buyer_counters(records, &held, &mut flag, &mut counts);
+    let Findings { mut violations, mut counts } = found;
+    let mut skipped = BTreeMap::new();
+    let mut flag = |invariant: &'static str, subject: &str, detail: String| {
+        violations.push(Violation { invariant, subject: subject.to_owned(), detail });
+    };
+    check_buyer_counters(records, &held.units, &mut flag, &mut counts);
     check_dead_letters(records, scope, &mut flag, &mut counts);
     check_final_events(records, scope, &mut flag, &mut counts, &mut skipped);
     at_stripe::check(&records.orders, &records.stripe, &mut flag, &mut counts, &mut skipped);
+    Verdict { violations, orders: outcomes, counts, skipped }
+}
 
-    v.orders = outcomes;
-    v.counts = counts;
-    v.skipped = skipped;
-    v.violations = violations;
-    v
+/// What the checks found: the violations in the order they were found (the
+/// summary lists them so), and the figures.
+#[derive(Default)]
+struct Findings {
+    violations: Vec<Violation>,
+    counts: BTreeMap<String, i64>,
+}
+
+impl Findings {
+    fn flag(&mut self, invariant: &'static str, subject: &str, detail: String) {
+        self.violations.push(Violation { invariant, subject: subject.to_owned(), detail });
+    }
+
+    fn count(&mut self, figure: String) {
+        *self.counts.entry(figure).or_default() += 1;
+    }
+}
+
+/// What the run's orders hold, summed over them for the checks of the
+/// stock, the coupons and the buyer counters.
+#[derive(Default)]
+struct Held {
+    /// Per SKU (`<kind>#<key>`): quantities RESERVED / CONFIRMED over the
+    /// run's orders.
+    units: BTreeMap<String, (i64, i64)>,
+    /// Per coupon: the orders whose lock of it is USED.
+    used_by: BTreeMap<String, Vec<String>>,
+}
+
+/// One order of the run with its ORDER record read.
+struct OrderUnderCheck<'a> {
+    id: &'a String,
+    records: &'a OrderRecords,
+    order: &'a Value,
+    status: String,
+    expire_at: OffsetDateTime,
+    is_final: bool,
+}
+
+impl<'a> OrderUnderCheck<'a> {
+    /// The order, counted by its status; None (and why, flagged) when it
+    /// is missing or its expiry cannot be read. An order not final is
+    /// flagged as such, and as open past the bound once it is.
+    fn read(
+        id: &'a String,
+        records: &'a Records,
+        scope: &Scope,
+        now: OffsetDateTime,
+        found: &mut Findings,
+    ) -> Option<Self> {
+        let Some(r) = records.orders.get(id) else {
+            found.flag("order_missing", id, "the API accepted it, but it was not read back".into());
+            return None;
+        };
+        let Some(order) = &r.order else {
+            found.flag("order_missing", id, "no ORDER record under its partition".into());
+            return None;
+        };
+        let status = order["status"].as_str().unwrap_or("?").to_owned();
+        found.count(format!("orders.{status}"));
+        let Some(expire_at) = time_of(&order["expire_at"]) else {
+            found.flag("record_undecodable", id, format!("expire_at {} is not RFC 3339", order["expire_at"]));
+            return None;
+        };
+        let is_final = status == "PAID" || status == "CLOSED";
+        if !is_final {
+            found.flag("not_final", id, format!("{status}, expire_at {}", order["expire_at"]));
+            let late = now - expire_at;
+            if late > scope.open_bound {
+                found.flag("open_past_bound", id, format!("{status} {:.0} s after expire_at", late.as_seconds_f64()));
+            }
+        }
+        Some(Self { id, records: r, order, status, expire_at, is_final })
+    }
+}
+
+/// The history: exactly one entry into a final status, and it is the last
+/// one (nothing moves an order out of PAID or CLOSED). Returns when the
+/// order first became final.
+fn check_history(o: &OrderUnderCheck, scope: &Scope, found: &mut Findings) -> Option<OffsetDateTime> {
+    let (id, status) = (o.id, &o.status);
+    let history = o.order["history"].as_array().cloned().unwrap_or_default();
+    let finals: Vec<&Value> = history.iter().filter(|h| matches!(h["to"].as_str(), Some("PAID" | "CLOSED"))).collect();
+    let final_at = finals.first().and_then(|h| time_of(&h["at"]));
+    if let (true, Some(at)) = (o.is_final, final_at) {
+        // Final now, but open for too long before it got there.
+        let late = at - o.expire_at;
+        if late > scope.open_bound {
+            found.flag(
+                "open_past_bound",
+                id,
+                format!("became {status} {:.0} s after expire_at", late.as_seconds_f64()),
+            );
+        }
+    }
+    if o.is_final {
+        let last_to = history.last().and_then(|h| h["to"].as_str());
+        if finals.len() != 1 || last_to != Some(status.as_str()) {
+            found.flag(
+                "final_transitions",
+                id,
+                format!("status {status}; history into a final status: {}", summary_of(&finals)),
+            );
+        }
+    } else if !finals.is_empty() {
+        found.flag("final_transitions", id, format!("status {status} after {}", summary_of(&finals)));
+    }
+    if history.iter().any(|h| matches!(h["from"].as_str(), Some("PAID" | "CLOSED"))) {
+        found.flag("final_transitions", id, "a history entry leaves a final status".into());
+    }
+    final_at
+}
+
+/// What the order holds, settled the way its outcome requires: its
+/// reservations (each summed into `held`).
+fn check_settled_reservations(o: &OrderUnderCheck, held: &mut Held, found: &mut Findings) {
+    let (id, status) = (o.id, &o.status);
+    for res in &o.records.reservations {
+        let (kind, key) = kind_and_key(res);
+        let sku = format!("{kind} {key}");
+        let qty = res["qty"].as_i64().unwrap_or(0);
+        let rs = res["status"].as_str().unwrap_or("?");
+        if !RESERVATION_STATUSES.contains(&rs) {
+            found.flag("holding_status_unknown", id, format!("reservation of {sku} has status {}", res["status"]));
+        }
+        let e = held.units.entry(format!("{kind}#{key}")).or_default();
+        match rs {
+            "RESERVED" => e.0 += qty,
+            "CONFIRMED" => e.1 += qty,
+            _ => {}
+        }
+        match (status.as_str(), rs) {
+            ("PAID", "RELEASED") => found.flag("released_on_paid", id, format!("reservation of {sku} RELEASED")),
+            ("CLOSED", "CONFIRMED") => found.flag("confirmed_on_closed", id, format!("reservation of {sku} CONFIRMED")),
+            ("PAID" | "CLOSED", "RESERVED") => {
+                found.flag("effects_pending", id, format!("{status} but its reservation of {sku} is still RESERVED"))
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Its coupon locks (one at most), settled the way its outcome requires;
+/// a USED one is noted in `held`.
+fn check_settled_coupon_locks(o: &OrderUnderCheck, held: &mut Held, found: &mut Findings) {
+    let (id, status, locks) = (o.id, &o.status, &o.records.coupon_locks);
+    if locks.len() > 1 {
+        let held: Vec<&str> = locks.iter().map(|l| l["coupon_id"].as_str().unwrap_or("?")).collect();
+        found.flag("coupon_locks_per_order", id, format!("{} coupon locks: {held:?}", held.len()));
+    }
+    for lock in locks {
+        let coupon = lock["coupon_id"].as_str().unwrap_or_default().to_owned();
+        let ls = lock["status"].as_str().unwrap_or("?");
+        if !COUPON_LOCK_STATUSES.contains(&ls) {
+            found.flag("holding_status_unknown", id, format!("coupon lock of {coupon} has status {}", lock["status"]));
+        }
+        if ls == "USED" {
+            held.used_by.entry(coupon.clone()).or_default().push(id.clone());
+        }
+        match (status.as_str(), ls) {
+            ("PAID", "AVAILABLE" | "EXPIRED" | "VOID") => {
+                found.flag("released_on_paid", id, format!("coupon lock of {coupon} {ls}"))
+            }
+            ("CLOSED", "USED") => found.flag("confirmed_on_closed", id, format!("coupon lock of {coupon} USED")),
+            ("PAID" | "CLOSED", "LOCKED") => {
+                found.flag("effects_pending", id, format!("{status} but its coupon lock of {coupon} is still LOCKED"))
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What it holds is what it was created with: a reservation per line
+/// (same SKU, same quantity) and the lock of its coupon. A missing or
+/// short one would let a PAID order keep goods or a discount it never
+/// took from the stock or the coupon, with every count still adding up.
+fn check_holdings_match_order(o: &OrderUnderCheck, found: &mut Findings) {
+    let (id, order) = (o.id, o.order);
+    let mut lines: BTreeMap<String, i64> = BTreeMap::new();
+    for line in order["items"].as_array().into_iter().flatten() {
+        *lines.entry(line["sku"].as_str().unwrap_or("?").to_owned()).or_default() += line["qty"].as_i64().unwrap_or(-1);
+    }
+    let mut holds: BTreeMap<String, i64> = BTreeMap::new();
+    let mut limited: BTreeMap<String, i64> = BTreeMap::new();
+    let mut points = 0;
+    for res in &o.records.reservations {
+        let (kind, key) = kind_and_key(res);
+        let qty = res["qty"].as_i64().unwrap_or(-1);
+        match kind {
+            "STOCK" => *holds.entry(key.to_owned()).or_default() += qty,
+            "PURCHASE_LIMIT" => {
+                *limited.entry(key.split_once('#').map_or(key, |(_, s)| s).to_owned()).or_default() += qty
+            }
+            "POINTS" => points += qty,
+            _ => {}
+        }
+    }
+    if lines.is_empty() || lines != holds {
+        found.flag("holdings_match_order", id, format!("lines {lines:?}, reservations {holds:?}"));
+    }
+    // A purchase-limit holding is of a line, for the line's quantity;
+    // the points held are the order's.
+    if limited.iter().any(|(sku, q)| lines.get(sku) != Some(q)) {
+        found.flag("holdings_match_order", id, format!("lines {lines:?}, purchase-limit holdings {limited:?}"));
+    }
+    if points != order["points"].as_i64().unwrap_or(0) {
+        found.flag("holdings_match_order", id, format!("points {}, points held {points}", order["points"]));
+    }
+    let lock_of = o.records.coupon_locks.first().and_then(|l| l["coupon_id"].as_str());
+    if order["coupon_id"].as_str() != lock_of {
+        found.flag("holdings_match_order", id, format!("coupon_id {}, coupon lock of {lock_of:?}", order["coupon_id"]));
+    }
+}
+
+/// A final order has left the due index.
+fn check_left_due_index(o: &OrderUnderCheck, found: &mut Findings) {
+    let order = o.order;
+    if o.is_final && !order["due_shard"].is_null() {
+        found.flag(
+            "effects_pending",
+            o.id,
+            format!("still in the due index ({} at {})", order["due_shard"], order["due_at"]),
+        );
+    }
+}
+
+/// An order's payments as its records and the channel know them, each by
+/// payment id.
+struct Payments<'a> {
+    attempts: BTreeMap<&'a str, &'a Value>,
+    refunds: BTreeMap<&'a str, &'a Value>,
+    channel: BTreeMap<&'a str, &'a Value>,
+    amount: i64,
+    paid_by: Option<&'a str>,
+}
+
+impl<'a> Payments<'a> {
+    fn of(o: &OrderUnderCheck<'a>, rows: &[&'a Value]) -> Self {
+        let r = o.records;
+        Self {
+            attempts: r.payments.iter().map(|p| (p["payment_id"].as_str().unwrap_or_default(), p)).collect(),
+            refunds: r.refunds.iter().map(|p| (p["payment_id"].as_str().unwrap_or_default(), p)).collect(),
+            channel: rows.iter().map(|p| (p["payment_id"].as_str().unwrap_or_default(), *p)).collect(),
+            amount: o.order["amount_total"].as_i64().unwrap_or(-1),
+            paid_by: o.order["paid_by"].as_str(),
+        }
+    }
+}
+
+/// Payments: the paying one SUCCEEDED at the channel with the order's
+/// amount, and only a PAID order names one.
+fn check_paid_by(o: &OrderUnderCheck, p: &Payments, found: &mut Findings) {
+    let (id, status, paid_by) = (o.id, &o.status, p.paid_by);
+    if status == "PAID" {
+        let at_channel = paid_by.and_then(|pid| p.channel.get(pid));
+        let ok = at_channel.is_some_and(|c| {
+            c["status"] == "SUCCEEDED" && c["amount"].as_i64() == Some(p.amount) && c["currency"] == o.order["currency"]
+        }) && paid_by.and_then(|pid| p.attempts.get(pid)).is_some_and(|a| a["status"] == "SUCCEEDED");
+        if !ok {
+            found.flag(
+                "paid_without_success",
+                id,
+                format!("paid_by {paid_by:?}: channel {:?}", at_channel.map(|c| &c["status"])),
+            );
+        }
+    } else if paid_by.is_some() {
+        found.flag("paid_without_success", id, format!("{status} but paid_by {paid_by:?} is set"));
+    }
+}
+
+/// An order closes only once every attempt of it is decided: the close
+/// closes a processing payment at the channel (it ends FAILED there) or
+/// waits. A CLOSED order with a payment still live at the channel, or
+/// undecided in its own records, was closed on an unknown payment state.
+fn check_unknown_released(o: &OrderUnderCheck, p: &Payments, found: &mut Findings) {
+    if o.status != "CLOSED" {
+        return;
+    }
+    for (pid, row) in &p.channel {
+        if row["status"] == "PROCESSING" {
+            found.flag("unknown_released", o.id, format!("payment {pid} is still PROCESSING at the channel"));
+        }
+    }
+    for (pid, a) in &p.attempts {
+        if matches!(a["status"].as_str(), Some("PROCESSING" | "UNKNOWN")) {
+            found.flag("unknown_released", o.id, format!("its attempt {pid} is {}", a["status"]));
+        }
+    }
+}
+
+/// Each channel payment is one of the order's attempts, and each channel
+/// success is either the paying payment or refunded.
+fn check_channel_payments(o: &OrderUnderCheck, p: &Payments, found: &mut Findings) {
+    let id = o.id;
+    for (pid, row) in &p.channel {
+        found.count(format!("channel.{}", row["status"].as_str().unwrap_or("?")));
+        if !p.attempts.contains_key(pid) {
+            found.flag(
+                "ledger_unknown_order",
+                id,
+                format!("the channel has payment {pid}, the order has no attempt for it"),
+            );
+        }
+        if row["status"] != "SUCCEEDED" {
+            continue;
+        }
+        let paying = o.status == "PAID" && p.paid_by == Some(*pid);
+        let refunded = p.refunds.get(pid).is_some_and(|f| f["status"] == "REFUNDED");
+        if paying == refunded {
+            found.flag(
+                "success_unaccounted",
+                id,
+                format!("channel success {pid}: paying {paying}, refunded {refunded} (exactly one must hold)"),
+            );
+        }
+    }
+}
+
+/// Every refund ended REFUNDED, for its payment's amount, at the channel too.
+fn check_refunds(o: &OrderUnderCheck, p: &Payments, found: &mut Findings) {
+    for (pid, refund) in &p.refunds {
+        let rs = refund["status"].as_str().unwrap_or("?");
+        found.count(format!("refunds.{rs}"));
+        let want = p.attempts.get(pid).and_then(|a| a["amount"].as_i64());
+        let at_channel = p.channel.get(pid).and_then(|c| c["refunded_amount"].as_i64()).unwrap_or(0);
+        if rs != "REFUNDED" || refund["amount"].as_i64() != want || Some(at_channel) != want {
+            found.flag(
+                "refund_unsettled",
+                o.id,
+                format!(
+                    "refund of {pid}: {rs}, amount {}, attempt {want:?}, refunded at the channel {at_channel}",
+                    refund["amount"]
+                ),
+            );
+        }
+    }
+}
+
+/// The funds identity on the channel's own figures (seed 003 §06).
+fn check_funds_identity(o: &OrderUnderCheck, rows: &[&Value], amount: i64, found: &mut Findings) {
+    let status = &o.status;
+    let received: i64 = rows.iter().filter(|c| c["status"] == "SUCCEEDED").filter_map(|c| c["amount"].as_i64()).sum();
+    let returned: i64 = rows.iter().filter_map(|c| c["refunded_amount"].as_i64()).sum();
+    let expected = match status.as_str() {
+        "PAID" => Some(amount),
+        "CLOSED" => Some(0),
+        _ => None,
+    };
+    if let Some(expected) = expected {
+        if received - returned != expected {
+            found.flag(
+                "funds_identity",
+                o.id,
+                format!("{status}: received {received} - refunded {returned} != {expected}"),
+            );
+        }
+    }
+}
+
+/// One SKU of the run: its record exists with no negative count, and its
+/// stock is conserved and agrees with what the orders hold.
+fn check_stock(records: &Records, sku: &str, initial: i64, held: &Held, found: &mut Findings) {
+    let subject = format!("SKU#{sku}");
+    let Some(Some(stock)) = records.stocks.get(sku) else {
+        found.flag("stock_record", &subject, "missing".into());
+        return;
+    };
+    let (available, reserved, sold) = (
+        stock["available"].as_i64().unwrap_or(-1),
+        stock["reserved"].as_i64().unwrap_or(-1),
+        stock["sold"].as_i64().unwrap_or(0),
+    );
+    if available < 0 || reserved < 0 || sold < 0 {
+        found.flag("stock_record", &subject, format!("available {available}, reserved {reserved}, sold {sold}"));
+    }
+    let (want_reserved, want_sold) = held.units.get(&format!("STOCK#{sku}")).copied().unwrap_or_default();
+    if available + reserved + sold != initial || reserved != want_reserved || sold != want_sold {
+        found.flag(
+            "stock_conservation",
+            &subject,
+            format!(
+                "seeded {initial}; available {available} + reserved {reserved} + sold {sold}; the orders hold \
+                 {want_reserved} RESERVED and {want_sold} CONFIRMED"
+            ),
+        );
+    }
+    found.counts.insert(format!("stock.{sku}.sold"), sold);
+}
+
+/// One coupon of the run: USED by exactly one PAID order, or by none; not
+/// left LOCKED.
+fn check_coupon(records: &Records, c: &str, held: &Held, found: &mut Findings) {
+    let subject = format!("COUPON#{c}");
+    let Some(Some(coupon)) = records.coupons.get(c) else {
+        found.flag("coupon_conservation", &subject, "missing".into());
+        return;
+    };
+    let state = coupon["state"].as_str().unwrap_or("?");
+    found.count(format!("coupons.{state}"));
+    let users = held.used_by.get(c).cloned().unwrap_or_default();
+    let paid_users: Vec<&String> = users
+        .iter()
+        .filter(|o| records.orders.get(*o).and_then(|r| r.order.as_ref()).is_some_and(|o| o["status"] == "PAID"))
+        .collect();
+    let ok = match state {
+        // Settling a lock removes the coupon's `locked_by`, so the
+        // order that used it is known from the locks alone.
+        "USED" => users.len() == 1 && paid_users.len() == 1,
+        "LOCKED" => {
+            found.flag("coupon_left_locked", &subject, format!("locked by {}", coupon["locked_by"]));
+            users.is_empty()
+        }
+        _ => users.is_empty(),
+    };
+    if !ok {
+        found.flag(
+            "coupon_conservation",
+            &subject,
+            format!(
+                "state {state}, locked_by {}; USED by orders {users:?} (PAID: {paid_users:?})",
+                coupon["locked_by"]
+            ),
+        );
+    }
 }
 
 /// The buyer counters against what the run's orders hold of them (`held`:
