@@ -71,8 +71,10 @@ def load(path: str = TEMPLATE, expand: bool = True) -> dict:
     filled in), i.e. what the SAM transform and every check sees."""
     with open(path) as f:
         template = cfn_yaml.loads(f.read(), path)
-    if expand:
-        template = expand_language_extensions(template, path)
+    if expand and LANGUAGE_EXTENSIONS in declared_transforms(template):
+        # A loop's `!Sub ["...${Name}", {Name: !FindInMap ...}]` as the
+        # string it stands for (see normalized), as if written out by hand.
+        template = normalized(expand_language_extensions(template, path))
     # Plain dicts and lists (the loader's node types carry positions).
     return json.loads(json.dumps(template))
 
@@ -95,7 +97,13 @@ def expand_language_extensions(template: dict, path: str | None = None) -> dict:
     from cfnlint.template import Template
     from cfnlint.template.transforms._language_extensions import language_extension
 
-    matches, expanded = language_extension(Template(path, template, ["us-east-1"]))
+    import copy
+
+    cfn = Template(path, copy.deepcopy(template), ["us-east-1"])
+    # Template() rewrites its copy's conditions (the operands of Fn::Equals
+    # put in order); the loops are expanded over the template as written.
+    cfn.template = template
+    matches, expanded = language_extension(cfn)
     if matches:
         raise ValueError(f"{path}: {LANGUAGE_EXTENSIONS}: " + "; ".join(m.message for m in matches))
     rest = [t for t in transforms if t != LANGUAGE_EXTENSIONS]
@@ -550,11 +558,25 @@ NOT_DEPLOYED = {"Mappings"}
 
 
 def normalized(node: Any) -> Any:
-    """A value as CloudFormation reads it: an `Fn::Sub` without a variable is
-    its string (the expanders write a loop's filled-in `!Sub` either way)."""
+    """A value as CloudFormation reads it: an `Fn::Sub` variable given as a
+    plain string is that string in the text, and an `Fn::Sub` left without a
+    variable is its string (the expanders write a loop's filled-in `!Sub` in
+    either form)."""
     if isinstance(node, dict):
-        if len(node) == 1 and isinstance(node.get("Fn::Sub"), str) and "${" not in node["Fn::Sub"]:
-            return node["Fn::Sub"]
+        sub = node.get("Fn::Sub") if len(node) == 1 else None
+        if isinstance(sub, list) and len(sub) == 2 and isinstance(sub[0], str) and isinstance(sub[1], dict):
+            # A variable whose value is a plain string is that string in the text.
+            text, rest = sub[0], {}
+            for var, value in sub[1].items():
+                if isinstance(value, str):
+                    text = text.replace("${" + var + "}", value)
+                else:
+                    rest[var] = value
+            sub = [text, rest] if rest else text
+        if isinstance(sub, str):
+            return sub if "${" not in sub else {"Fn::Sub": sub}
+        if sub is not None:
+            return {"Fn::Sub": normalized(sub)}
         return {k: normalized(v) for k, v in node.items()}
     if isinstance(node, list):
         return [normalized(v) for v in node]
