@@ -27,6 +27,7 @@ transform, for the dev and the prod parameter sets:
 
 Usage: .venv/bin/python infra/template_check.py [roles|mappings|code|baseline|all]
        .venv/bin/python infra/template_check.py translate <dev|prod> [out.json]
+       .venv/bin/python infra/template_check.py expand [out.json]
        .venv/bin/python infra/template_check.py inventory [--write] [--template PATH]
 Exit status 1 with one line per finding when a check fails.
 
@@ -689,6 +690,17 @@ def main(argv: list[str]) -> int:
         text = json.dumps(translate(PARAM_SETS[stage]), indent=1, sort_keys=True)
         if len(argv) > 3:
             with open(argv[3], "w") as f:
+                f.write(text + "\n")
+        else:
+            print(text)
+        return 0
+    if argv[1:2] == ["expand"]:
+        # `expand [out.json]`: the template with its AWS::LanguageExtensions
+        # loops written out and the SAM transform still to come, for tools
+        # that do not know Fn::ForEach (checkov in infra/test.sh).
+        text = json.dumps(load(), indent=1, sort_keys=True)
+        if len(argv) > 2:
+            with open(argv[2], "w") as f:
                 f.write(text + "\n")
         else:
             print(text)
