@@ -32,8 +32,10 @@ function consumes it (a parking place: whatever lands there waits for a
 person, so any message is worth an alarm). A consumed queue drains by
 itself, so what matters there is a message that stays too long.
 
-The template is read raw (cfn-lint's YAML loader, as infra/deploy.py does),
-before the SAM transform: the checks read what a person edits. Exit status 1
+The template is read before the SAM transform (what a person edits), with
+its AWS::LanguageExtensions loops written out (template_check.load, cfn-lint's
+expander): every alarm and queue a Fn::ForEach makes is checked as if it
+were written out. Exit status 1
 lists every problem found. Run with the repo's .venv python; the Rust test
 tests/tests/template_alarms.rs runs each check.
 """
@@ -47,10 +49,8 @@ import re
 import sys
 from collections.abc import Iterator
 
-from cfnlint.decode import cfn_yaml
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from template_check import run_checks  # noqa: E402
+from template_check import load, run_checks  # noqa: E402
 
 FUNCTION_TYPES = {"AWS::Serverless::Function", "AWS::Lambda::Function"}
 CUSTOM_NAMESPACE = "OrderExpiry"
@@ -338,8 +338,8 @@ def main() -> int:
     unknown = [c for c in args.checks if c not in CHECKS]
     if unknown:
         ap.error(f"unknown check {unknown} (known: {', '.join(CHECKS)})")
-    with open(args.template) as f:
-        template = cfn_yaml.loads(f.read(), args.template)
+    # Loops written out: the checks see every alarm and queue a loop makes.
+    template = load(args.template)
     resources = template.get("Resources", {})
     catalog = None
     if args.metrics:

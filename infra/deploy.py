@@ -72,7 +72,9 @@ def package(template: dict, root: str, bootstrap_dir: str | None, s3, bucket: st
         s3.create_bucket(Bucket=bucket)
     jobs = []  # (logical_id, props, name, src)
     for logical_id, res in template.get("Resources", {}).items():
-        if res.get("Type") != "AWS::Serverless::Function":
+        # A Fn::ForEach::<loop> entry is a list (the endpoint expands it);
+        # the functions are written out, never made by a loop.
+        if not isinstance(res, dict) or res.get("Type") != "AWS::Serverless::Function":
             continue
         props = res.setdefault("Properties", {})
         code_uri = props.get("CodeUri")

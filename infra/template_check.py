@@ -19,8 +19,16 @@ transform, for the dev and the prod parameter sets:
             builds (functions/bootstrap/src/<handler>.rs, the module its
             Handler selects in the one bootstrap's main.rs)
 
-Usage: .venv/bin/python infra/template_check.py [roles|mappings|code|all]
+  baseline  the translation (dev and prod) is the one recorded in
+            tests/fixtures/template_inventory/ (every resource, output,
+            condition, rule and parameter, each by the hash of its JSON),
+            and ministack's AWS::LanguageExtensions expands the template as
+            cfn-lint's does
+
+Usage: .venv/bin/python infra/template_check.py [roles|mappings|code|baseline|all]
        .venv/bin/python infra/template_check.py translate <dev|prod> [out.json]
+       .venv/bin/python infra/template_check.py expand [out.json]
+       .venv/bin/python infra/template_check.py inventory [--write] [--template PATH]
 Exit status 1 with one line per finding when a check fails.
 
 `translate(params)` is reusable: the template as deployed with `params`,
@@ -54,13 +62,57 @@ PARAM_SETS: dict[str, dict[str, str]] = {
 }
 
 NO_VALUE = {"Ref": "AWS::NoValue"}
+LANGUAGE_EXTENSIONS = "AWS::LanguageExtensions"
 
 
 # ---------------------------------------------------------------- translation
-def load(path: str = TEMPLATE) -> dict:
+def load(path: str = TEMPLATE, expand: bool = True) -> dict:
+    """The template as plain dicts and lists; with `expand`, after the
+    AWS::LanguageExtensions transform (loops written out, per-item map values
+    filled in), i.e. what the SAM transform and every check sees."""
     with open(path) as f:
-        # Plain dicts and lists (the loader's node types carry positions).
-        return json.loads(json.dumps(cfn_yaml.loads(f.read(), path)))
+        template = cfn_yaml.loads(f.read(), path)
+    if expand and LANGUAGE_EXTENSIONS in declared_transforms(template):
+        # A loop's `!Sub ["...${Name}", {Name: !FindInMap ...}]` as the
+        # string it stands for (see normalized), as if written out by hand.
+        template = normalized(expand_language_extensions(template, path))
+    # Plain dicts and lists (the loader's node types carry positions).
+    return json.loads(json.dumps(template))
+
+
+def declared_transforms(template: dict) -> list:
+    declared = template.get("Transform", [])
+    return declared if isinstance(declared, list) else [declared]
+
+
+def expand_language_extensions(template: dict, path: str | None = None) -> dict:
+    """AWS::LanguageExtensions applied, when the template declares it:
+    every `Fn::ForEach` expanded, `Fn::FindInMap` keyed by a loop identifier
+    resolved, `${Item}` filled into keys and `Fn::Sub`s. The expander is
+    cfn-lint's (cfnlint.template.transforms, the one `cfn-lint` itself lints
+    the expanded template with); the transform is dropped from `Transform`,
+    so the SAM transform comes next, as CloudFormation applies them."""
+    transforms = declared_transforms(template)
+    if LANGUAGE_EXTENSIONS not in transforms:
+        return template
+    from cfnlint.template import Template
+    from cfnlint.template.transforms._language_extensions import language_extension
+
+    import copy
+
+    cfn = Template(path, copy.deepcopy(template), ["us-east-1"])
+    # Template() rewrites its copy's conditions (the operands of Fn::Equals
+    # put in order); the loops are expanded over the template as written.
+    cfn.template = template
+    matches, expanded = language_extension(cfn)
+    if matches:
+        raise ValueError(f"{path}: {LANGUAGE_EXTENSIONS}: " + "; ".join(m.message for m in matches))
+    rest = [t for t in transforms if t != LANGUAGE_EXTENSIONS]
+    if rest:
+        expanded["Transform"] = rest[0] if len(rest) == 1 else rest
+    else:
+        expanded.pop("Transform", None)
+    return expanded
 
 
 class _NoManagedPolicies:
@@ -493,7 +545,141 @@ def check_code() -> list[str]:
     return sorted(set(problems))
 
 
-CHECKS: dict[str, Callable[[], list[str]]] = {"roles": check_roles, "mappings": check_mappings, "code": check_code}
+# ------------------------------------------------------------------ baseline
+# What the template deploys, per parameter set, recorded when template.yaml
+# was rewritten with Fn::ForEach loops (issue 19): every resource, output and
+# other section of the translation as a hash of its sorted-key JSON, plus
+# each resource's type and each alarm's metric, so a difference names what
+# changed. A deliberate change of the stack records the new inventory:
+#   .venv/bin/python infra/template_check.py inventory --write
+INVENTORY_DIR = os.path.join(ROOT, "tests", "fixtures", "template_inventory")
+# Sections of the translation that only feed the others: Mappings is read
+# by the loops and every lookup is resolved into the resources.
+NOT_DEPLOYED = {"Mappings"}
+
+
+def normalized(node: Any) -> Any:
+    """A value as CloudFormation reads it: an `Fn::Sub` variable given as a
+    plain string is that string in the text, and an `Fn::Sub` left without a
+    variable is its string (the expanders write a loop's filled-in `!Sub` in
+    either form)."""
+    if isinstance(node, dict):
+        sub = node.get("Fn::Sub") if len(node) == 1 else None
+        if isinstance(sub, list) and len(sub) == 2 and isinstance(sub[0], str) and isinstance(sub[1], dict):
+            # A variable whose value is a plain string is that string in the text.
+            text, rest = sub[0], {}
+            for var, value in sub[1].items():
+                if isinstance(value, str):
+                    text = text.replace("${" + var + "}", value)
+                else:
+                    rest[var] = value
+            sub = [text, rest] if rest else text
+        if isinstance(sub, str):
+            return sub if "${" not in sub else {"Fn::Sub": sub}
+        if sub is not None:
+            return {"Fn::Sub": normalized(sub)}
+        return {k: normalized(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [normalized(v) for v in node]
+    return node
+
+
+def digest(node: Any) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(normalized(node), sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def inventory(params: dict, path: str = TEMPLATE) -> dict:
+    t = translate(params, path)
+    resources = {}
+    for rid, res in sorted(t.get("Resources", {}).items()):
+        entry = {"type": res.get("Type"), "sha256": digest(res)}
+        if res.get("Type") == "AWS::CloudWatch::Alarm":
+            p = res.get("Properties", {})
+            entry["metric"] = f"{p.get('Namespace')} {p.get('MetricName')} {p.get('ComparisonOperator')} {json.dumps(p.get('Threshold'))}"
+        resources[rid] = entry
+    return {
+        "sha256": digest({k: v for k, v in t.items() if k not in NOT_DEPLOYED}),
+        "sections": {k: digest(v) for k, v in sorted(t.items()) if k not in NOT_DEPLOYED | {"Resources", "Outputs"}},
+        "resources": resources,
+        "outputs": {k: digest(v) for k, v in sorted(t.get("Outputs", {}).items())},
+    }
+
+
+def inventory_path(stage: str) -> str:
+    return os.path.join(INVENTORY_DIR, f"{stage}.json")
+
+
+def write_inventory(path: str = TEMPLATE) -> None:
+    os.makedirs(INVENTORY_DIR, exist_ok=True)
+    for stage, params in PARAM_SETS.items():
+        with open(inventory_path(stage), "w") as f:
+            f.write(json.dumps(inventory(params, path), indent=1, sort_keys=True) + "\n")
+
+
+def check_baseline() -> list[str]:
+    """The template translates (dev and prod) to exactly the resources,
+    outputs, conditions, rules and parameters recorded in
+    tests/fixtures/template_inventory/; and ministack's own
+    AWS::LanguageExtensions (what the local stack deploys through) expands
+    it to what cfn-lint's expander does."""
+    problems: list[str] = []
+    for stage, params in PARAM_SETS.items():
+        try:
+            with open(inventory_path(stage)) as f:
+                want = json.load(f)
+        except FileNotFoundError:
+            problems.append(f"[{stage}] no {os.path.relpath(inventory_path(stage), ROOT)} (template_check.py inventory --write)")
+            continue
+        got = inventory(params)
+        if got["sha256"] == want["sha256"]:
+            continue
+        for section in ("resources", "outputs", "sections"):
+            for key in sorted(set(want[section]) | set(got[section])):
+                w, g = want[section].get(key), got[section].get(key)
+                if w is None:
+                    problems.append(f"[{stage}] {section}: {key} is new")
+                elif g is None:
+                    problems.append(f"[{stage}] {section}: {key} is gone")
+                elif w != g:
+                    problems.append(f"[{stage}] {section}: {key} differs ({json.dumps(w)} recorded, {json.dumps(g)} now)")
+        if not problems:
+            problems.append(f"[{stage}] the translation differs from the recorded one outside its sections")
+    problems.extend(check_expanders_agree())
+    return problems
+
+
+def check_expanders_agree(path: str = TEMPLATE) -> list[str]:
+    """cfn-lint's expansion (what every check reads) against ministack's
+    (what the local stack deploys), for each parameter set."""
+    try:
+        from ministack.services.cloudformation import language_extensions as ministack_lx
+    except ImportError:
+        return ["ministack is not installed in this venv (infra/tools.sh installs it): its expansion cannot be compared"]
+    with open(path) as f:
+        raw = json.loads(json.dumps(cfn_yaml.loads(f.read(), path)))
+    ours = normalized(load(path))
+    ours.pop("Transform", None)
+    problems = []
+    for stage, params in PARAM_SETS.items():
+        theirs = ministack_lx.apply(json.loads(json.dumps(raw)), _parameter_values(raw, params))
+        theirs = normalized(theirs)
+        theirs.pop("Transform", None)
+        for section in sorted(set(ours) | set(theirs)):
+            a, b = ours.get(section), theirs.get(section)
+            if isinstance(a, dict) and isinstance(b, dict):
+                for key in sorted(set(a) | set(b)):
+                    if a.get(key) != b.get(key):
+                        problems.append(f"[{stage}] {section}.{key}: cfn-lint and ministack expand it differently")
+            elif a != b:
+                problems.append(f"[{stage}] {section}: cfn-lint and ministack expand it differently")
+    return problems
+
+
+CHECKS: dict[str, Callable[[], list[str]]] = {
+    "roles": check_roles, "mappings": check_mappings, "code": check_code, "baseline": check_baseline,
+}
 
 
 def main(argv: list[str]) -> int:
@@ -507,6 +693,26 @@ def main(argv: list[str]) -> int:
                 f.write(text + "\n")
         else:
             print(text)
+        return 0
+    if argv[1:2] == ["expand"]:
+        # `expand [out.json]`: the template with its AWS::LanguageExtensions
+        # loops written out and the SAM transform still to come, for tools
+        # that do not know Fn::ForEach (checkov in infra/test.sh).
+        text = json.dumps(load(), indent=1, sort_keys=True)
+        if len(argv) > 2:
+            with open(argv[2], "w") as f:
+                f.write(text + "\n")
+        else:
+            print(text)
+        return 0
+    if argv[1:2] == ["inventory"]:
+        # `inventory [--write] [--template PATH]`: what the template deploys
+        # (see check_baseline); --write records it as the baseline.
+        path = argv[argv.index("--template") + 1] if "--template" in argv else TEMPLATE
+        if "--write" in argv:
+            write_inventory(path)
+        else:
+            print(json.dumps({s: inventory(p, path) for s, p in PARAM_SETS.items()}, indent=1, sort_keys=True))
         return 0
     names = argv[1:] or ["all"]
     if names == ["all"]:

@@ -8,8 +8,8 @@ Usage: infra/test.sh [--help]
 
   1. infra/tools.sh                  .venv + DynamoDB Local under .tools/
   2. infra/local.sh build            cargo build --workspace --bins (debug)
-  3. cfn-lint template.yaml, checkov (template.yaml and its dev/prod
-     translations; skips in .checkov.yaml), cargo fmt --check (when rustfmt
+  3. cfn-lint template.yaml, checkov (template.yaml with its loops expanded,
+     and its dev/prod translations; skips in .checkov.yaml), cargo fmt --check (when rustfmt
      is installed)
   4. DynamoDB Local on 127.0.0.1:8000 (in-memory)
   5. the tests that write 10,000 orders (-E 'test(ten_thousand)'), one at a
@@ -74,15 +74,18 @@ step "cfn-lint template.yaml infra/subscriber.yaml"
 say "cfn-lint: clean"
 
 step "checkov (skips and their reasons: .checkov.yaml)"
-# The translated templates too: the roles, mappings and queues SAM generates
-# exist only there.
+# template.yaml with its Fn::ForEach loops written out (checkov does not
+# expand AWS::LanguageExtensions and would miss every resource a loop makes),
+# and the translated templates too: the roles, mappings and queues SAM
+# generates exist only there.
 mkdir -p target
+.venv/bin/python infra/template_check.py expand target/template-expanded.json
 .venv/bin/python infra/template_check.py translate dev target/template-dev.json
 .venv/bin/python infra/template_check.py translate prod target/template-prod.json
 # checkov reads LOG_LEVEL as its own (a Python logging level); ours is the
 # functions' RUST_LOG filter.
 LOG_LEVEL=WARNING .venv-checkov/bin/checkov --config-file .checkov.yaml \
-  -f template.yaml -f infra/subscriber.yaml -f target/template-dev.json -f target/template-prod.json \
+  -f target/template-expanded.json -f infra/subscriber.yaml -f target/template-dev.json -f target/template-prod.json \
   || die "checkov found issues (fix them, or skip the check in .checkov.yaml with the reason)"
 say "checkov: clean"
 
