@@ -97,10 +97,7 @@ where
 /// incomplete, so that alarm covers it too).
 fn emit(report: &DayReport) {
     for (kind, count) in &report.counts {
-        match metrics::discrepancy(kind) {
-            Some(metric) => metric.count(*count as u64),
-            None => warn!(kind, "a discrepancy kind without a metric"),
-        }
+        metrics::discrepancy(*kind).count(*count as u64);
     }
     metrics::OPEN_ORDERS.count(report.backlog.open_orders);
     metrics::OLDEST_OPEN_ORDER_SECONDS.duration(std::time::Duration::from_secs(report.backlog.oldest_open_seconds));
