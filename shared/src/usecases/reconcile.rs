@@ -198,14 +198,10 @@ impl Default for Bounds {
 impl Bounds {
     /// `RECONCILE_OPEN_PAST_EXPIRY_SECONDS` and
     /// `RECONCILE_EFFECTS_PENDING_SECONDS`, each defaulting as above.
-    pub fn from_env() -> Result<Self, String> {
-        let read = |name: &str, default: Duration| match std::env::var(name) {
+    pub fn from_env() -> Result<Self, BoundNotSeconds> {
+        let read = |name: &'static str, default: Duration| match std::env::var(name) {
             Err(_) => Ok(default),
-            Ok(v) => v
-                .trim()
-                .parse::<u64>()
-                .map(Duration::from_secs)
-                .map_err(|_| format!("environment variable {name} must be whole seconds, got {v:?}")),
+            Ok(v) => v.trim().parse::<u64>().map(Duration::from_secs).map_err(|_| BoundNotSeconds { name, value: v }),
         };
         let d = Self::default();
         Ok(Self {
@@ -213,6 +209,15 @@ impl Bounds {
             effects_pending: read("RECONCILE_EFFECTS_PENDING_SECONDS", d.effects_pending)?,
         })
     }
+}
+
+/// A bound's environment variable that is not whole seconds: the function
+/// refuses to start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("environment variable {name} must be whole seconds, got {value:?}")]
+pub struct BoundNotSeconds {
+    pub name: &'static str,
+    pub value: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
