@@ -29,6 +29,7 @@
 //! points per invocation, so one line per point costs a few hundred bytes
 //! of log, not a flush strategy.
 
+use crate::usecases::reconcile::DiscrepancyKind;
 use serde_json::{json, Map, Value};
 use std::cell::RefCell;
 
@@ -56,7 +57,7 @@ impl Unit {
 }
 
 /// One metric the code emits.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Metric {
     pub name: &'static str,
     pub unit: Unit,
@@ -178,26 +179,19 @@ pub const OLDEST_OPEN_ORDER_SECONDS: Metric =
 /// Refunds still REFUND_PENDING when the run read the table (the backlog).
 pub const REFUNDS_PENDING: Metric = count_metric("RefundsPending");
 
-/// One per kind of `usecases::reconcile::KINDS`, named `Discrepancy.<kind>`
-/// (each has its own alarm).
-pub const DISCREPANCIES: [Metric; 16] = [
-    count_metric("Discrepancy.channel_success_order_unpaid"),
-    count_metric("Discrepancy.order_paid_without_channel_success"),
-    count_metric("Discrepancy.amount_mismatch"),
-    count_metric("Discrepancy.success_after_close_without_refund"),
-    count_metric("Discrepancy.refund_state_mismatch"),
-    count_metric("Discrepancy.reservation_released_on_paid_order"),
-    count_metric("Discrepancy.funds_identity_violation"),
-    count_metric("Discrepancy.reservation_held_on_closed_order"),
-    count_metric("Discrepancy.coupon_locked_on_closed_order"),
-    count_metric("Discrepancy.reservation_unconfirmed_on_paid_order"),
-    count_metric("Discrepancy.order_open_past_expiry"),
-    count_metric("Discrepancy.refund_pending_stale"),
-    count_metric("Discrepancy.stock_reserved_mismatch"),
-    count_metric("Discrepancy.stock_supply_mismatch"),
-    count_metric("Discrepancy.points_balance_mismatch"),
-    count_metric("Discrepancy.undecodable_record"),
-];
+/// One per [`DiscrepancyKind`], named `Discrepancy.<kind>` (each has its
+/// own alarm), in the kinds' declaration order.
+pub const DISCREPANCIES: [Metric; DiscrepancyKind::COUNT] = discrepancy_metrics();
+
+const fn discrepancy_metrics() -> [Metric; DiscrepancyKind::COUNT] {
+    let mut all = [count_metric(""); DiscrepancyKind::COUNT];
+    let mut i = 0;
+    while i < DiscrepancyKind::COUNT {
+        all[i] = count_metric(DiscrepancyKind::ALL[i].metric_name());
+        i += 1;
+    }
+    all
+}
 
 /// Every named metric above; a test holds this list to the constants.
 const NAMED: &[&Metric] = &[
@@ -281,8 +275,10 @@ pub fn catalog_json() -> Value {
 }
 
 /// The metric of one reconciliation kind.
-pub fn discrepancy(kind: &str) -> Option<&'static Metric> {
-    DISCREPANCIES.iter().find(|m| m.name.strip_prefix("Discrepancy.") == Some(kind))
+pub fn discrepancy(kind: DiscrepancyKind) -> &'static Metric {
+    // DISCREPANCIES follows `DiscrepancyKind::ALL`, the declaration order.
+    let all: &'static [Metric; DiscrepancyKind::COUNT] = &DISCREPANCIES;
+    &all[kind as usize]
 }
 
 impl Metric {
@@ -451,10 +447,11 @@ mod tests {
 
     #[test]
     fn every_reconciliation_kind_has_its_metric() {
-        for kind in crate::usecases::reconcile::KINDS {
-            assert!(discrepancy(kind).is_some(), "Discrepancy.{kind} is not in the catalog");
+        for kind in DiscrepancyKind::ALL {
+            assert_eq!(discrepancy(kind).name, format!("Discrepancy.{kind}"));
+            assert!(catalog().contains(&discrepancy(kind)), "Discrepancy.{kind} is not in the catalog");
         }
-        assert_eq!(DISCREPANCIES.len(), crate::usecases::reconcile::KINDS.len());
+        assert_eq!(DISCREPANCIES.len(), DiscrepancyKind::ALL.len());
     }
 
     #[test]

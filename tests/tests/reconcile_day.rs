@@ -18,7 +18,7 @@ use order_core::handlers::reconcile_day::piece_message;
 use order_core::ports::*;
 use order_core::store::*;
 use order_core::usecases::create_order::CreateOrder;
-use order_core::usecases::reconcile::{Bounds, KINDS};
+use order_core::usecases::reconcile::{Bounds, DiscrepancyKind};
 use order_core::usecases::reconcile_day::{day_report, DayPorts, DayReport, DayRun, RECONCILE_SHARDS};
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -304,7 +304,7 @@ fn orders_named(report: &DayReport) -> BTreeSet<String> {
 }
 
 fn kinds(report: &DayReport) -> BTreeSet<&'static str> {
-    report.discrepancies.iter().map(|d| d.kind).collect()
+    report.discrepancies.iter().map(|d| d.kind.as_str()).collect()
 }
 
 #[tokio::test]
@@ -315,7 +315,7 @@ async fn a_days_run_finds_every_kind_planted_that_day_and_nothing_of_the_day_bef
     plant_catalog_kinds(&w).await;
     let (_, report) = run_day(&w, &w.ports(), day(), false).await;
     assert!(report.complete, "{:?}", report.pieces_missing);
-    let all: BTreeSet<&str> = KINDS.iter().copied().collect();
+    let all: BTreeSet<&str> = DiscrepancyKind::ALL.iter().map(|k| k.as_str()).collect();
     assert_eq!(kinds(&report), all, "every kind is found on its day: {:#?}", report.discrepancies);
     let named = orders_named(&report);
     assert!(named.is_subset(&today), "only the day's orders: {:?}", named.difference(&today).collect::<Vec<_>>());

@@ -72,7 +72,7 @@ impl World {
 }
 
 fn kinds_for(report: &Report, order: &Order) -> Vec<&'static str> {
-    report.discrepancies.iter().filter(|d| d.order_id == order.order_id.as_str()).map(|d| d.kind).collect()
+    report.discrepancies.iter().filter(|d| d.order_id == order.order_id.as_str()).map(|d| d.kind.as_str()).collect()
 }
 
 fn success() -> Evidence {

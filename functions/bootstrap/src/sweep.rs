@@ -23,14 +23,12 @@ pub async fn run(config: &SdkConfig) -> Result<(), Error> {
     let cfg = config_from_env()?;
     // A wrong lead stops the expiring-soon pass only (alarmed by its
     // missing completions), never the backstop sweep.
-    let notice = notice_config_from_env().map_err(|e| e.to_string());
+    let notice = notice_config_from_env();
     let (store, redrive, cfg, notice) = (&store, &redrive, &cfg, &notice);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| async move {
         match pass_of(&event.payload)? {
             Pass::Sweep => run_sweep(store, redrive, &SystemClock, cfg).await,
-            Pass::ExpiringSoon => {
-                run_expiring_soon_pass(store, &SystemClock, notice.as_ref().map_err(String::as_str)).await
-            }
+            Pass::ExpiringSoon => run_expiring_soon_pass(store, &SystemClock, notice.as_ref()).await,
         }
     }))
     .await

@@ -89,13 +89,30 @@ where
     for message in event.records {
         let id = message.message_id.clone().unwrap_or_default();
         if let Err(e) = f(message).await {
-            error!(message_id = %id, error = %e, "message failed; will be retried");
-            let mut failure = BatchItemFailure::default();
-            failure.item_identifier = id;
-            response.batch_item_failures.push(failure);
+            fail_message(&mut response, id, e);
         }
     }
     response
+}
+
+/// Names message `id` as failed in the batch's answer (it comes back after
+/// the queue's visibility timeout), logged with why.
+pub(super) fn fail_message(response: &mut SqsBatchResponse, id: String, e: impl std::fmt::Display) {
+    error!(message_id = %id, error = %e, "message failed; will be retried");
+    let mut failure = BatchItemFailure::default();
+    failure.item_identifier = id;
+    response.batch_item_failures.push(failure);
+}
+
+/// Why a message of [`each_sqs_message_within`] is named as failed.
+#[derive(Debug, thiserror::Error)]
+enum MessageFailure<E> {
+    /// Too little of the invocation left to start it: handed back unstarted.
+    #[error("not started: {} ms left in the invocation for {messages} messages", left.as_millis())]
+    NotStarted { left: std::time::Duration, messages: usize },
+    /// It ran and failed.
+    #[error("{0}")]
+    Failed(E),
 }
 
 /// The least time a message is started with: less than this left in the
@@ -127,16 +144,13 @@ where
         let now = std::time::Instant::now();
         let left = deadline.saturating_duration_since(now);
         let outcome = if left < MIN_MESSAGE_SHARE {
-            Err(format!("not started: {} ms left in the invocation for {} messages", left.as_millis(), count - i))
+            Err(MessageFailure::NotStarted { left, messages: count - i })
         } else {
             let share = (left / (count - i) as u32).max(MIN_MESSAGE_SHARE);
-            f(message, now + share).await.map_err(|e| e.to_string())
+            f(message, now + share).await.map_err(MessageFailure::Failed)
         };
         if let Err(e) = outcome {
-            error!(message_id = %id, error = %e, "message failed; will be retried");
-            let mut failure = BatchItemFailure::default();
-            failure.item_identifier = id;
-            response.batch_item_failures.push(failure);
+            fail_message(&mut response, id, e);
         }
     }
     response

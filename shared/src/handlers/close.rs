@@ -2,7 +2,7 @@
 
 use crate::aws::queue::CloseMessage;
 use crate::metrics;
-use crate::ports::{CloseReminders, PaymentChannel};
+use crate::ports::{CloseReminders, PaymentChannel, Unavailable};
 use crate::store::{OrderStore, PaymentStore};
 use crate::usecases::close_order::CloseOrder;
 use tracing::{error, Instrument};
@@ -11,7 +11,7 @@ use tracing::{error, Instrument};
 /// succeed: it is logged, counted and acknowledged rather than retried into
 /// the dead-letter queue. A failure to reach the store or the channel is
 /// returned, so that the message is retried.
-pub async fn close_message<S, C, Q>(uc: &CloseOrder<S, C, Q>, owner: &str, body: &str) -> Result<(), String>
+pub async fn close_message<S, C, Q>(uc: &CloseOrder<S, C, Q>, owner: &str, body: &str) -> Result<(), Unavailable>
 where
     S: OrderStore + PaymentStore,
     C: PaymentChannel,
@@ -27,7 +27,7 @@ pub async fn close_message_until<S, C, Q>(
     owner: &str,
     body: &str,
     until: Option<std::time::Instant>,
-) -> Result<(), String>
+) -> Result<(), Unavailable>
 where
     S: OrderStore + PaymentStore,
     C: PaymentChannel,
@@ -43,7 +43,7 @@ where
     };
     let trigger = msg.trigger.as_deref().unwrap_or("unknown");
     let span = tracing::info_span!("close_message", trigger);
-    let outcome = uc.close_until(&msg.order_id, owner, until).instrument(span).await.map_err(|e| e.to_string())?;
+    let outcome = uc.close_until(&msg.order_id, owner, until).instrument(span).await?;
     // The one event per close outcome: the order, who sent the reminder
     // (schedule, reminder, sweep, lazy, operator) and what came of it.
     tracing::info!(order_id = %msg.order_id, trigger, outcome = crate::usecases::force_check::outcome_name(&outcome), detail = ?outcome, "close reminder handled");

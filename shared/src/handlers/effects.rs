@@ -14,7 +14,7 @@
 //! it can be redriven once they agree, and the effect itself is never
 //! lost, since its index entry stays due until the use case settles it.
 
-use super::batch::{each_sqs_message_within, MIN_MESSAGE_SHARE};
+use super::batch::{each_sqs_message_within, fail_message, MIN_MESSAGE_SHARE};
 use crate::aws::queue::PendingEffectMessage;
 use crate::domain::OrderId;
 use crate::error::error_chain;
@@ -24,7 +24,7 @@ use crate::store::{OrderStore, PaymentStore};
 use crate::usecases::pending_effects::EffectDriven;
 use crate::usecases::release_order::{release_order, settle_order_until};
 use crate::usecases::schedule_wakeup::schedule_wake_up;
-use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::time::Instant;
@@ -37,6 +37,39 @@ pub struct EffectMessage {
     /// The event type that sent it, for the logs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<String>,
+}
+
+/// Why an effect message failed: it comes back (a batch item failure) and,
+/// after 10 receives, goes to its DLQ. Shown as its cause alone, as the
+/// message's log line has always read.
+#[derive(Debug, thiserror::Error)]
+pub enum EffectMessageError {
+    /// The order could not be read.
+    #[error(transparent)]
+    ReadOrder(Unavailable),
+    /// The wake-up could not be scheduled.
+    #[error(transparent)]
+    WakeUp(Unavailable),
+    /// The release or settle failed (logged and counted as `EffectFailed`).
+    #[error(transparent)]
+    Effect(Unavailable),
+}
+
+/// Why a message of the effects queue failed; it comes back, and after
+/// `maxReceiveCount` receives reaches the DLQ.
+#[derive(Debug, thiserror::Error)]
+pub enum PendingEffectError {
+    /// The body is not a pending effect (counted as `MalformedEffectMessage`).
+    #[error("undecodable pending-effect message: {0}")]
+    Undecodable(serde_json::Error),
+    /// The effect failed (counted as `EffectFailed`, Effect=backstop);
+    /// shown with its whole cause chain.
+    #[error("{}", error_chain(.0))]
+    Failed(Unavailable),
+    /// Out of its share in the first pass, and too little of the
+    /// invocation left to run it again.
+    #[error("not run again: {} ms left in the invocation", .0.as_millis())]
+    NoTimeLeft(std::time::Duration),
 }
 
 fn decode(body: &str, queue: &'static str) -> Option<EffectMessage> {
@@ -58,14 +91,14 @@ pub async fn wake_up_message<S, W, Q>(
     reminders: &Q,
     clock: &dyn Clock,
     body: &str,
-) -> Result<(), String>
+) -> Result<(), EffectMessageError>
 where
     S: OrderStore,
     W: WakeUpScheduler,
     Q: CloseReminders,
 {
     let Some(msg) = decode(body, "order-placed") else { return Ok(()) };
-    let Some(order) = store.order(&msg.order_id).await.map_err(|e| e.to_string())? else {
+    let Some(order) = store.order(&msg.order_id).await.map_err(EffectMessageError::ReadOrder)? else {
         warn!(order_id = %msg.order_id, "wake-up for an order that does not exist");
         return Ok(());
     };
@@ -80,13 +113,17 @@ where
     schedule_wake_up(wakeups, reminders, clock, &order.order_id, order.expire_at)
         .await
         .map(|_| ())
-        .map_err(|e| e.to_string())
+        .map_err(EffectMessageError::WakeUp)
 }
 
 /// OrderClosed: the order's reservations and coupon lock are released.
-pub async fn release_message<S: OrderStore>(store: &S, clock: &dyn Clock, body: &str) -> Result<(), String> {
+pub async fn release_message<S: OrderStore>(
+    store: &S,
+    clock: &dyn Clock,
+    body: &str,
+) -> Result<(), EffectMessageError> {
     let Some(msg) = decode(body, "order-closed") else { return Ok(()) };
-    if let Some(order) = store.order(&msg.order_id).await.map_err(|e| e.to_string())? {
+    if let Some(order) = store.order(&msg.order_id).await.map_err(EffectMessageError::ReadOrder)? {
         if crate::faults::active().release_fails(&order, clock.now()).is_some() {
             warn!(order_id = %order.order_id, "fault injection: OrderClosed event lost");
             return Ok(());
@@ -97,10 +134,10 @@ pub async fn release_message<S: OrderStore>(store: &S, clock: &dyn Clock, body: 
 
 /// A release or settle that will be retried (the message comes back; the
 /// sweep re-drives it after that): counted by effect, logged once.
-fn effect_failed(effect: &'static str, msg: &EffectMessage, e: impl std::fmt::Display) -> String {
+fn effect_failed(effect: &'static str, msg: &EffectMessage, e: Unavailable) -> EffectMessageError {
     warn!(order_id = %msg.order_id, effect, trigger = msg.trigger.as_deref().unwrap_or("event"), error = %e, "effect failed; retried");
     metrics::EFFECT_FAILED.emit(1.0, &[effect]);
-    e.to_string()
+    EffectMessageError::Effect(e)
 }
 
 /// OrderPaid: reservations confirmed, coupon used, wake-up cancelled, the
@@ -111,7 +148,7 @@ pub async fn settle_message<S, W, C>(
     channel: &C,
     clock: &dyn Clock,
     body: &str,
-) -> Result<(), String>
+) -> Result<(), EffectMessageError>
 where
     S: OrderStore + PaymentStore,
     W: WakeUpScheduler,
@@ -130,7 +167,7 @@ pub async fn settle_message_until<S, W, C>(
     clock: &dyn Clock,
     body: &str,
     until: Option<std::time::Instant>,
-) -> Result<(), String>
+) -> Result<(), EffectMessageError>
 where
     S: OrderStore + PaymentStore,
     W: WakeUpScheduler,
@@ -146,13 +183,13 @@ where
 /// An effects-queue body as the effect it names, or why it cannot be one
 /// (counted as `MalformedEffectMessage`; the message is then failed, see
 /// the module's docs).
-pub fn decode_pending_effect(body: &str) -> Result<PendingEffect, String> {
+pub fn decode_pending_effect(body: &str) -> Result<PendingEffect, PendingEffectError> {
     match serde_json::from_str::<PendingEffectMessage>(body) {
         Ok(m) => Ok(m.into()),
         Err(e) => {
             error!(queue = "pending-effects", error = %e, body = %body.chars().take(200).collect::<String>(), "undecodable pending-effect message: failed, so it reaches the DLQ");
             metrics::MALFORMED_EFFECT_MESSAGE.count(1);
-            Err(format!("undecodable pending-effect message: {e}"))
+            Err(PendingEffectError::Undecodable(e))
         }
     }
 }
@@ -202,25 +239,22 @@ where
                 out_of_time_ref.lock().expect("not poisoned").push((m.message_id.clone().unwrap_or_default(), effect));
                 Ok(())
             }
-            Err(e) => Err(pending_effect_failed(&effect, &e)),
+            Err(e) => Err(pending_effect_failed(&effect, e)),
         }
     })
     .await;
     for (id, effect) in out_of_time.into_inner().expect("not poisoned") {
         let left = deadline.saturating_duration_since(Instant::now());
         let outcome = if left < MIN_MESSAGE_SHARE {
-            Err(format!("not run again: {} ms left in the invocation", left.as_millis()))
+            Err(PendingEffectError::NoTimeLeft(left))
         } else {
             drive(effect.clone(), deadline)
                 .await
                 .map(|done| effect_driven(&effect, &done))
-                .map_err(|e| pending_effect_failed(&effect, &e))
+                .map_err(|e| pending_effect_failed(&effect, e))
         };
         if let Err(e) = outcome {
-            error!(message_id = %id, error = %e, "message failed; will be retried");
-            let mut failure = BatchItemFailure::default();
-            failure.item_identifier = id;
-            response.batch_item_failures.push(failure);
+            fail_message(&mut response, id, e);
         }
     }
     response
@@ -232,10 +266,10 @@ fn effect_driven(effect: &PendingEffect, done: &EffectDriven) {
 
 /// A pending effect that failed: its message comes back (counted as
 /// `EffectFailed`, Effect=backstop, which DriveEffectsFailedAlarm watches).
-fn pending_effect_failed(effect: &PendingEffect, e: &Unavailable) -> String {
-    warn!(order_id = %effect.order_id(), trigger = "sweep", effect = ?effect, error = %error_chain(e), "pending effect failed; its message comes back");
+fn pending_effect_failed(effect: &PendingEffect, e: Unavailable) -> PendingEffectError {
+    warn!(order_id = %effect.order_id(), trigger = "sweep", effect = ?effect, error = %error_chain(&e), "pending effect failed; its message comes back");
     metrics::EFFECT_FAILED.emit(1.0, &["backstop"]);
-    error_chain(e)
+    PendingEffectError::Failed(e)
 }
 
 #[cfg(test)]

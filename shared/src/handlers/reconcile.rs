@@ -27,10 +27,7 @@ pub async fn run_reconcile(
     };
     let report = reconcile(&snapshot, statement.as_ref(), bounds, clock.now());
     for (kind, count) in &report.counts {
-        match metrics::discrepancy(kind) {
-            Some(metric) => metric.count(*count as u64),
-            None => warn!(kind, "a discrepancy kind without a metric"),
-        }
+        metrics::discrepancy(*kind).count(*count as u64);
     }
     let backlog = Backlog::of(&snapshot.orders, clock.now());
     metrics::OPEN_ORDERS.count(backlog.open_orders);

@@ -14,6 +14,38 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use serde::Deserialize;
 use tracing::{info, warn};
 
+/// A payload that names a day which does not parse: refused (the
+/// invocation fails) rather than taken for yesterday.
+#[derive(Debug, thiserror::Error)]
+#[error("not a day request: {0}")]
+pub struct NotADayRequest(serde_json::Error);
+
+/// Why a piece message failed: it comes back (a batch item failure) and,
+/// after 3 receives, is set aside in ReconcilePieceDLQ (alarmed).
+#[derive(Debug, thiserror::Error)]
+pub enum PieceError {
+    /// The body is not a piece message (only the coordinator writes the
+    /// queue: a format disagreement, to be redriven once they agree).
+    #[error("not a piece message: {0}")]
+    NotAPieceMessage(serde_json::Error),
+    /// The message names a piece this version does not know.
+    #[error("unknown piece {0:?}")]
+    UnknownPiece(String),
+    /// The run's record could not be read.
+    #[error(transparent)]
+    ReadRun(Unavailable),
+    /// No run of that id is recorded for the day.
+    #[error("no run {run_id} of {day}")]
+    NoRun { run_id: String, day: Day },
+    /// The piece could not read or check what it owns; shown with its
+    /// whole cause chain.
+    #[error("{}", crate::error::error_chain(.0))]
+    Piece(Unavailable),
+    /// The piece's report could not be stored.
+    #[error(transparent)]
+    StorePart(Unavailable),
+}
+
 /// What starts a run: nothing (the daily schedule: yesterday) or a day an
 /// operator names.
 #[derive(Debug, Default, Deserialize)]
@@ -26,10 +58,10 @@ impl DayRequest {
     /// The invocation's payload: without a `day` (the schedule's own body,
     /// `{}`), yesterday; with one, that day, and a day that does not parse
     /// is refused rather than taken for yesterday.
-    pub fn from_payload(payload: serde_json::Value) -> Result<Self, String> {
+    pub fn from_payload(payload: serde_json::Value) -> Result<Self, NotADayRequest> {
         match payload.get("day") {
             None | Some(serde_json::Value::Null) => Ok(Self::default()),
-            Some(_) => serde_json::from_value(payload).map_err(|e| format!("not a day request: {e}")),
+            Some(_) => serde_json::from_value(payload).map_err(NotADayRequest),
         }
     }
 
@@ -66,7 +98,7 @@ pub async fn piece_message<I, C, R>(
     runs: &R,
     body: &str,
     now: Timestamp,
-) -> Result<(), String>
+) -> Result<(), PieceError>
 where
     I: DayIndex,
     C: ChannelStatement,
@@ -74,15 +106,15 @@ where
 {
     // Only the coordinator writes this queue: a body that does not decode
     // is a format disagreement, kept in the DLQ (alarmed) to be redriven.
-    let msg: PieceMessage = serde_json::from_str(body).map_err(|e| format!("not a piece message: {e}"))?;
-    let piece = Piece::parse(&msg.piece).ok_or_else(|| format!("unknown piece {:?}", msg.piece))?;
+    let msg: PieceMessage = serde_json::from_str(body).map_err(PieceError::NotAPieceMessage)?;
+    let piece = Piece::parse(&msg.piece).ok_or_else(|| PieceError::UnknownPiece(msg.piece.clone()))?;
     let run = runs
         .day_run(msg.day, Some(&msg.run_id))
         .await
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("no run {} of {}", msg.run_id, msg.day))?;
-    let part = run_piece(ports, &run, piece, now).await.map_err(|e| crate::error::error_chain(&e))?;
-    match store_part(runs, &run, &part).await.map_err(|e| e.to_string())? {
+        .map_err(PieceError::ReadRun)?
+        .ok_or_else(|| PieceError::NoRun { run_id: msg.run_id.clone(), day: msg.day })?;
+    let part = run_piece(ports, &run, piece, now).await.map_err(PieceError::Piece)?;
+    match store_part(runs, &run, &part).await.map_err(PieceError::StorePart)? {
         PartStored::Complete(report) => emit(&report),
         PartStored::Waiting { missing } => info!(missing, "piece stored; the run waits for others"),
         PartStored::AlreadyStored => info!("piece reported before: a redelivery"),
@@ -97,10 +129,7 @@ where
 /// incomplete, so that alarm covers it too).
 fn emit(report: &DayReport) {
     for (kind, count) in &report.counts {
-        match metrics::discrepancy(kind) {
-            Some(metric) => metric.count(*count as u64),
-            None => warn!(kind, "a discrepancy kind without a metric"),
-        }
+        metrics::discrepancy(*kind).count(*count as u64);
     }
     metrics::OPEN_ORDERS.count(report.backlog.open_orders);
     metrics::OLDEST_OPEN_ORDER_SECONDS.duration(std::time::Duration::from_secs(report.backlog.oldest_open_seconds));

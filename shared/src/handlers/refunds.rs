@@ -5,8 +5,9 @@ use crate::aws::dynamo::DynamoStore;
 pub use crate::aws::queue::RefundMessage;
 use crate::aws::queue::SqsRefundRetries;
 use crate::channels::ConfiguredChannel;
+use crate::domain::PaymentId;
 use crate::error::error_chain;
-use crate::ports::{Clock, RefundRetries};
+use crate::ports::{Clock, RefundRetries, Unavailable};
 use crate::usecases::refunds::{process_refund, RefundOutcome};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::Error;
@@ -19,6 +20,23 @@ pub struct RefundWorker {
     /// The refund queue's backoff and dead-letter queue.
     pub retries: SqsRefundRetries,
     pub clock: Box<dyn Clock>,
+}
+
+/// Why a refund message is named as failed: it comes back, after the
+/// queue's visibility timeout or the backoff set on it.
+#[derive(Debug, thiserror::Error)]
+pub enum RefundMessageError {
+    /// The try could not be made (the store or the channel did not
+    /// answer); shown with its whole cause chain.
+    #[error("{}", error_chain(.0))]
+    Unavailable(Unavailable),
+    /// The try failed, or the channel has not finished: failed on purpose,
+    /// with the message's visibility set to `after` (the backoff).
+    #[error("refund try failed; retrying in {} s", .0.as_secs())]
+    RetryAfter(std::time::Duration),
+    /// Given up on, and its dead letter could not be sent.
+    #[error("move refund of {payment_id} to the dead-letter queue: {}", error_chain(.cause))]
+    HandToPerson { payment_id: PaymentId, cause: Unavailable },
 }
 
 /// The refund queue: LatePaymentRefundRequested events (through the bus),
@@ -47,7 +65,7 @@ async fn sqs(w: &RefundWorker, event: SqsEvent) -> SqsBatchResponse {
         };
         match process_refund(&w.store, &w.channel, w.clock.as_ref(), &msg.order_id, &msg.payment_id)
             .await
-            .map_err(|e| error_chain(&e))?
+            .map_err(RefundMessageError::Unavailable)?
         {
             RefundOutcome::Refunded
             | RefundOutcome::AlreadyDone
@@ -61,7 +79,7 @@ async fn sqs(w: &RefundWorker, event: SqsEvent) -> SqsBatchResponse {
                         error!(error = %error_chain(&e), "could not set the refund retry delay");
                     }
                 }
-                Err(format!("refund try failed; retrying in {} s", after.as_secs()))
+                Err(RefundMessageError::RetryAfter(after))
             }
             RefundOutcome::GiveUp(refund) => {
                 // The refund is already REFUND_FAILED, recorded by the one
@@ -69,9 +87,10 @@ async fn sqs(w: &RefundWorker, event: SqsEvent) -> SqsBatchResponse {
                 // dead letter cannot be sent, the message fails and comes
                 // back; that delivery finds REFUND_FAILED, tries once more
                 // and, failing, gives up (and dead-letters) again.
-                w.retries.hand_to_person(body).await.map_err(|e| {
-                    format!("move refund of {} to the dead-letter queue: {}", refund.payment_id, error_chain(&e))
-                })?;
+                w.retries
+                    .hand_to_person(body)
+                    .await
+                    .map_err(|cause| RefundMessageError::HandToPerson { payment_id: refund.payment_id, cause })?;
                 Ok(())
             }
         }

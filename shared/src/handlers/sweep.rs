@@ -100,33 +100,50 @@ pub enum Pass {
     ExpiringSoon,
 }
 
+/// An invocation's input that names a pass this function does not have
+/// (`None`: a `pass` that is not a string).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown pass {0:?}: expected \"sweep\" or \"expiring-soon\"")]
+pub struct UnknownPass(pub Option<String>);
+
 /// Reads the pass from the invocation's input. An input naming an unknown
 /// pass is refused (the invocation fails, visible in its Errors), never
 /// taken for the sweep.
-pub fn pass_of(input: &Value) -> Result<Pass, String> {
+pub fn pass_of(input: &Value) -> Result<Pass, UnknownPass> {
     match input.get("pass").map(|p| p.as_str()) {
         None => Ok(Pass::Sweep),
         Some(Some("sweep")) => Ok(Pass::Sweep),
         Some(Some("expiring-soon")) => Ok(Pass::ExpiringSoon),
-        Some(other) => Err(format!("unknown pass {other:?}: expected \"sweep\" or \"expiring-soon\"")),
+        Some(other) => Err(UnknownPass(other.map(str::to_owned))),
     }
+}
+
+/// Why the expiring-soon pass's configuration is refused (the pass then
+/// does not run; the backstop sweep does).
+#[derive(Debug, thiserror::Error)]
+pub enum NoticeConfigError {
+    /// `EXPIRING_SOON_LEAD_SECONDS` is not whole seconds.
+    #[error("{0}")]
+    Unreadable(lambda_runtime::Error),
+    /// A lead that is not 0 and shorter than the pass period.
+    #[error(
+        "EXPIRING_SOON_LEAD_SECONDS must be 0 (no notices) or at least {} (the pass period), got {}",
+        period.as_secs(),
+        lead.as_secs()
+    )]
+    LeadTooShort { lead: std::time::Duration, period: std::time::Duration },
 }
 
 /// `EXPIRING_SOON_LEAD_SECONDS` (optional, default 300): 0 turns the
 /// notices off; otherwise at least the pass period (one minute), or the
 /// pass could reach an order only after it expired.
-pub fn notice_config_from_env() -> Result<NoticeConfig, lambda_runtime::Error> {
+pub fn notice_config_from_env() -> Result<NoticeConfig, NoticeConfigError> {
     let mut cfg = NoticeConfig::default();
     if std::env::var("EXPIRING_SOON_LEAD_SECONDS").is_ok() {
-        cfg.lead = seconds_env("EXPIRING_SOON_LEAD_SECONDS")?;
+        cfg.lead = seconds_env("EXPIRING_SOON_LEAD_SECONDS").map_err(NoticeConfigError::Unreadable)?;
     }
     if !cfg.lead.is_zero() && cfg.lead < cfg.period {
-        return Err(format!(
-            "EXPIRING_SOON_LEAD_SECONDS must be 0 (no notices) or at least {} (the pass period), got {}",
-            cfg.period.as_secs(),
-            cfg.lead.as_secs()
-        )
-        .into());
+        return Err(NoticeConfigError::LeadTooShort { lead: cfg.lead, period: cfg.period });
     }
     Ok(cfg)
 }
@@ -141,13 +158,13 @@ pub fn notice_config_from_env() -> Result<NoticeConfig, lambda_runtime::Error> {
 pub async fn run_expiring_soon_pass<S: DueIndex + ExpiringSoonNotices>(
     store: &S,
     clock: &dyn Clock,
-    cfg: Result<&NoticeConfig, &str>,
+    cfg: Result<&NoticeConfig, &NoticeConfigError>,
 ) -> Result<Value, lambda_runtime::Error> {
     let cfg = match cfg {
         Ok(cfg) => cfg,
         Err(why) => {
-            tracing::error!(error = why, "expiring-soon pass not run: its configuration is refused");
-            return Ok(json!({ "error": why }));
+            tracing::error!(error = %why, "expiring-soon pass not run: its configuration is refused");
+            return Ok(json!({ "error": why.to_string() }));
         }
     };
     let report = notice_expiring_soon(store, clock, cfg).await;
@@ -174,7 +191,7 @@ mod pass_tests {
         assert_eq!(pass_of(&json!({"source": "aws.scheduler"})), Ok(Pass::Sweep));
         assert_eq!(pass_of(&json!({"pass": "sweep"})), Ok(Pass::Sweep));
         assert_eq!(pass_of(&json!({"pass": "expiring-soon"})), Ok(Pass::ExpiringSoon));
-        assert!(pass_of(&json!({"pass": "expiring_soon"})).unwrap_err().contains("unknown pass"));
+        assert!(pass_of(&json!({"pass": "expiring_soon"})).unwrap_err().to_string().contains("unknown pass"));
         assert!(pass_of(&json!({"pass": 3})).is_err());
     }
 }

@@ -11,39 +11,168 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
-/// Every kind of discrepancy the report can hold.
-pub const KINDS: [&str; 16] = [
-    "channel_success_order_unpaid",
-    "order_paid_without_channel_success",
-    "amount_mismatch",
-    "success_after_close_without_refund",
-    "refund_state_mismatch",
-    "reservation_released_on_paid_order",
-    "funds_identity_violation",
-    "reservation_held_on_closed_order",
-    "coupon_locked_on_closed_order",
-    "reservation_unconfirmed_on_paid_order",
-    "order_open_past_expiry",
-    "refund_pending_stale",
-    "stock_reserved_mismatch",
-    "stock_supply_mismatch",
-    "points_balance_mismatch",
-    "undecodable_record",
-];
+/// Declares [`DiscrepancyKind`] from one table, so that its variants, their
+/// wire names and which of them need the channel's data cannot drift apart.
+macro_rules! discrepancy_kinds {
+    ($($(#[doc = $doc:literal])* $variant:ident = $name:literal, $needs:ident;)+) => {
+        /// Every kind of discrepancy the report can hold. Its wire name
+        /// ([`DiscrepancyKind::as_str`]) is the report's `kind` and the key
+        /// of its `counts`; its metric is `Discrepancy.<name>`
+        /// ([`DiscrepancyKind::metric_name`], `metrics::DISCREPANCIES`), each
+        /// with its alarm `Discrepancy<Name>Alarm` and that alarm's runbook
+        /// entry (`tests/tests/discrepancy_kinds.rs` holds the template and
+        /// `docs/runbooks.md` to this list). Compared, ordered, hashed,
+        /// shown and (de)serialised as its wire name.
+        #[derive(Clone, Copy, PartialEq, Eq)]
+        pub enum DiscrepancyKind {
+            $($(#[doc = $doc])* $variant,)+
+        }
 
-/// The kinds that need no channel data.
-pub const LOCAL_KINDS: [&str; 10] = [
-    "reservation_released_on_paid_order",
-    "reservation_held_on_closed_order",
-    "coupon_locked_on_closed_order",
-    "reservation_unconfirmed_on_paid_order",
-    "order_open_past_expiry",
-    "refund_pending_stale",
-    "stock_reserved_mismatch",
-    "stock_supply_mismatch",
-    "points_balance_mismatch",
-    "undecodable_record",
-];
+        impl DiscrepancyKind {
+            /// How many kinds there are.
+            pub const COUNT: usize = [$($name),+].len();
+            /// Every kind, in declaration order.
+            pub const ALL: [DiscrepancyKind; Self::COUNT] = [$(DiscrepancyKind::$variant),+];
+
+            /// The wire name: `amount_mismatch`.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(DiscrepancyKind::$variant => $name,)+
+                }
+            }
+
+            /// The metric's name: `Discrepancy.amount_mismatch`.
+            pub const fn metric_name(self) -> &'static str {
+                match self {
+                    $(DiscrepancyKind::$variant => concat!("Discrepancy.", $name),)+
+                }
+            }
+
+            /// Whether only the channel's statement can show it (without
+            /// one, a run reports the other kinds alone).
+            pub const fn needs_channel(self) -> bool {
+                match self {
+                    $(DiscrepancyKind::$variant => discrepancy_kinds!(@needs $needs),)+
+                }
+            }
+        }
+    };
+    (@needs channel) => { true };
+    (@needs local) => { false };
+}
+
+discrepancy_kinds! {
+    /// The channel took money for an order that is not PAID (or that the
+    /// table does not have).
+    ChannelSuccessOrderUnpaid = "channel_success_order_unpaid", channel;
+    /// A PAID order without a success at the channel for its payment.
+    OrderPaidWithoutChannelSuccess = "order_paid_without_channel_success", channel;
+    /// The channel's amount or currency is not the attempt's.
+    AmountMismatch = "amount_mismatch", channel;
+    /// Money taken for a final order that is not its payment, unrefunded.
+    SuccessAfterCloseWithoutRefund = "success_after_close_without_refund", channel;
+    /// A refund's state differs between the table and the channel.
+    RefundStateMismatch = "refund_state_mismatch", channel;
+    /// A PAID order whose stock was handed back.
+    ReservationReleasedOnPaidOrder = "reservation_released_on_paid_order", local;
+    /// Paid − refunded is not what the final order's outcome says.
+    FundsIdentityViolation = "funds_identity_violation", channel;
+    /// A CLOSED order still holding RESERVED stock past the effects' bound.
+    ReservationHeldOnClosedOrder = "reservation_held_on_closed_order", local;
+    /// A CLOSED order still holding its coupon lock past the effects' bound.
+    CouponLockedOnClosedOrder = "coupon_locked_on_closed_order", local;
+    /// A PAID order whose reservation is still RESERVED past the bound.
+    ReservationUnconfirmedOnPaidOrder = "reservation_unconfirmed_on_paid_order", local;
+    /// An order still open past `expire_at` and [`Bounds::open_past_expiry`].
+    OrderOpenPastExpiry = "order_open_past_expiry", local;
+    /// A refund REFUND_PENDING past its redrive bound.
+    RefundPendingStale = "refund_pending_stale", local;
+    /// A SKU's `reserved` is not the sum of its RESERVED reservations.
+    StockReservedMismatch = "stock_reserved_mismatch", local;
+    /// A SKU's counts disagree with its audited changes.
+    StockSupplyMismatch = "stock_supply_mismatch", local;
+    /// A points balance disagrees with its credits or its open orders.
+    PointsBalanceMismatch = "points_balance_mismatch", local;
+    /// A table row that does not decode.
+    UndecodableRecord = "undecodable_record", local;
+}
+
+impl DiscrepancyKind {
+    /// The kind of a wire name, if it is one.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for DiscrepancyKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// As the wire name's, so that a report's `{:?}` (its log line's `counts`)
+/// reads as it did when the kinds were strings.
+impl std::fmt::Debug for DiscrepancyKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+/// By wire name: `counts` iterates, and merged reports sort, as they did
+/// when the kinds were strings.
+impl Ord for DiscrepancyKind {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl PartialOrd for DiscrepancyKind {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::hash::Hash for DiscrepancyKind {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state)
+    }
+}
+
+/// `counts["amount_mismatch"]`: consistent with `Ord` and `Hash`, which go
+/// by the wire name too.
+impl std::borrow::Borrow<str> for DiscrepancyKind {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq<str> for DiscrepancyKind {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for DiscrepancyKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl Serialize for DiscrepancyKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// A kind is read back (a day run's stored partial report) as one of this
+/// list: a name this code does not know is an error, not a new kind.
+impl<'de> Deserialize<'de> for DiscrepancyKind {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        let name = std::borrow::Cow::<'de, str>::deserialize(de)?;
+        Self::parse(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown discrepancy kind {:?}", name.as_ref())))
+    }
+}
 
 /// How late is too late. States that are normal for a short while (an
 /// order past `expire_at` whose close is on its way, a final order whose
@@ -69,14 +198,10 @@ impl Default for Bounds {
 impl Bounds {
     /// `RECONCILE_OPEN_PAST_EXPIRY_SECONDS` and
     /// `RECONCILE_EFFECTS_PENDING_SECONDS`, each defaulting as above.
-    pub fn from_env() -> Result<Self, String> {
-        let read = |name: &str, default: Duration| match std::env::var(name) {
+    pub fn from_env() -> Result<Self, BoundNotSeconds> {
+        let read = |name: &'static str, default: Duration| match std::env::var(name) {
             Err(_) => Ok(default),
-            Ok(v) => v
-                .trim()
-                .parse::<u64>()
-                .map(Duration::from_secs)
-                .map_err(|_| format!("environment variable {name} must be whole seconds, got {v:?}")),
+            Ok(v) => v.trim().parse::<u64>().map(Duration::from_secs).map_err(|_| BoundNotSeconds { name, value: v }),
         };
         let d = Self::default();
         Ok(Self {
@@ -86,9 +211,18 @@ impl Bounds {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A bound's environment variable that is not whole seconds: the function
+/// refuses to start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("environment variable {name} must be whole seconds, got {value:?}")]
+pub struct BoundNotSeconds {
+    pub name: &'static str,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Discrepancy {
-    pub kind: &'static str,
+    pub kind: DiscrepancyKind,
     /// Empty for the kinds that are not about one order (stock, rows).
     pub order_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -98,31 +232,6 @@ pub struct Discrepancy {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     pub detail: String,
-}
-
-/// A discrepancy as stored (a day run's partial report): its kind is read
-/// back as the constant it was written from, and a kind this code does not
-/// know is an error, not a new kind.
-#[derive(Deserialize)]
-struct StoredDiscrepancy {
-    kind: String,
-    order_id: String,
-    payment_id: Option<String>,
-    key: Option<String>,
-    detail: String,
-}
-
-// By hand: a derive would tie the `&'static str` kind to the input's
-// lifetime.
-impl<'de> Deserialize<'de> for Discrepancy {
-    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        let d = StoredDiscrepancy::deserialize(de)?;
-        let kind = KINDS
-            .iter()
-            .find(|k| **k == d.kind)
-            .ok_or_else(|| serde::de::Error::custom(format!("unknown discrepancy kind {:?}", d.kind)))?;
-        Ok(Self { kind, order_id: d.order_id, payment_id: d.payment_id, key: d.key, detail: d.detail })
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -140,7 +249,7 @@ pub struct Report {
     /// window: their local checks ran, the channel comparison did not.
     pub orders_outside_statement: usize,
     pub stocks_checked: usize,
-    pub counts: BTreeMap<&'static str, usize>,
+    pub counts: BTreeMap<DiscrepancyKind, usize>,
     pub discrepancies: Vec<Discrepancy>,
 }
 
@@ -162,19 +271,22 @@ pub(crate) fn local_checks(r: &OrderRecord, bounds: &Bounds, now: Timestamp, out
     match o.status {
         OrderStatus::Closed if effects_overdue => {
             for res in held() {
-                push("reservation_held_on_closed_order", format!("{} still RESERVED", res.label()));
+                push(DiscrepancyKind::ReservationHeldOnClosedOrder, format!("{} still RESERVED", res.label()));
             }
             if let Some(lock) = r.coupon_lock.as_ref().filter(|l| l.status == CouponLockStatus::Locked) {
-                push("coupon_locked_on_closed_order", format!("coupon {} still LOCKED", lock.coupon_id));
+                push(DiscrepancyKind::CouponLockedOnClosedOrder, format!("coupon {} still LOCKED", lock.coupon_id));
             }
         }
         OrderStatus::Paid if effects_overdue => {
             for res in held() {
-                push("reservation_unconfirmed_on_paid_order", format!("{} RESERVED, not CONFIRMED", res.label()));
+                push(
+                    DiscrepancyKind::ReservationUnconfirmedOnPaidOrder,
+                    format!("{} RESERVED, not CONFIRMED", res.label()),
+                );
             }
         }
         OrderStatus::PendingPayment | OrderStatus::Closing if o.expire_at.plus(bounds.open_past_expiry) < now => push(
-            "order_open_past_expiry",
+            DiscrepancyKind::OrderOpenPastExpiry,
             format!(
                 "{} since expire_at {} (bound {} s)",
                 o.status.as_str(),
@@ -186,7 +298,7 @@ pub(crate) fn local_checks(r: &OrderRecord, bounds: &Bounds, now: Timestamp, out
     }
     for f in r.refunds.iter().filter(|f| refund_is_stale(f, now)) {
         out.push(Discrepancy {
-            kind: "refund_pending_stale",
+            kind: DiscrepancyKind::RefundPendingStale,
             order_id: o.order_id.to_string(),
             payment_id: Some(f.payment_id.to_string()),
             key: None,
@@ -211,7 +323,7 @@ pub(crate) fn supply_checks(snapshot: &TableSnapshot, out: &mut Vec<Discrepancy>
         let records = changes.remove(stock.sku.as_str()).unwrap_or_default();
         for detail in crate::domain::catalog::audit_disagreements(stock, &records) {
             out.push(Discrepancy {
-                kind: "stock_supply_mismatch",
+                kind: DiscrepancyKind::StockSupplyMismatch,
                 order_id: String::new(),
                 payment_id: None,
                 key: Some(format!("SKU#{}/STOCK", stock.sku)),
@@ -222,7 +334,7 @@ pub(crate) fn supply_checks(snapshot: &TableSnapshot, out: &mut Vec<Discrepancy>
     // Records of a SKU whose stock row is gone.
     for (sku, records) in changes {
         out.push(Discrepancy {
-            kind: "stock_supply_mismatch",
+            kind: DiscrepancyKind::StockSupplyMismatch,
             order_id: String::new(),
             payment_id: None,
             key: Some(format!("SKU#{sku}/STOCK")),
@@ -257,7 +369,7 @@ pub(crate) fn points_checks(
 ) {
     let push = |out: &mut Vec<Discrepancy>, user: &str, detail: String| {
         out.push(Discrepancy {
-            kind: "points_balance_mismatch",
+            kind: DiscrepancyKind::PointsBalanceMismatch,
             order_id: String::new(),
             payment_id: None,
             key: Some(format!("BUYER#{user}/POINTS")),
@@ -303,7 +415,7 @@ fn stock_checks(snapshot: &TableSnapshot, out: &mut Vec<Discrepancy>) {
         let sum = held.get(sku).copied().unwrap_or(0);
         if reserved != sum {
             out.push(Discrepancy {
-                kind: "stock_reserved_mismatch",
+                kind: DiscrepancyKind::StockReservedMismatch,
                 order_id: String::new(),
                 payment_id: None,
                 key: Some(format!("SKU#{sku}/STOCK")),
@@ -344,7 +456,7 @@ pub(crate) struct OrderTally {
     pub outside_statement: bool,
 }
 
-fn discrepancy(kind: &'static str, order: &OrderId, payment: Option<&PaymentId>, detail: String) -> Discrepancy {
+fn discrepancy(kind: DiscrepancyKind, order: &OrderId, payment: Option<&PaymentId>, detail: String) -> Discrepancy {
     Discrepancy { kind, order_id: order.to_string(), payment_id: payment.map(|p| p.to_string()), key: None, detail }
 }
 
@@ -370,7 +482,7 @@ pub(crate) fn channel_checks(
         if let Some(e) = entry {
             if e.amount != p.amount || e.currency != p.currency {
                 out.push(discrepancy(
-                    "amount_mismatch",
+                    DiscrepancyKind::AmountMismatch,
                     &o.order_id,
                     Some(&p.payment_id),
                     format!("channel {} {}, attempt {} {}", e.amount, e.currency, p.amount, p.currency),
@@ -391,7 +503,7 @@ pub(crate) fn channel_checks(
             .is_some_and(|e| e.status == PaymentStatus::Succeeded);
         if !ok {
             out.push(discrepancy(
-                "order_paid_without_channel_success",
+                DiscrepancyKind::OrderPaidWithoutChannelSuccess,
                 &o.order_id,
                 paid_by,
                 "order PAID but the channel has no success for its payment".into(),
@@ -414,13 +526,13 @@ fn success_checks(r: &OrderRecord, p: &PaymentAttempt, entry: Option<&StatementL
     let refund = r.refunds.iter().find(|f| f.payment_id == p.payment_id);
     match o.status {
         OrderStatus::PendingPayment | OrderStatus::Closing => out.push(discrepancy(
-            "channel_success_order_unpaid",
+            DiscrepancyKind::ChannelSuccessOrderUnpaid,
             &o.order_id,
             Some(&p.payment_id),
             format!("channel says paid, order is {}", o.status.as_str()),
         )),
         OrderStatus::Closed | OrderStatus::Paid if !is_the_payment && refund.is_none() => out.push(discrepancy(
-            "success_after_close_without_refund",
+            DiscrepancyKind::SuccessAfterCloseWithoutRefund,
             &o.order_id,
             Some(&p.payment_id),
             format!("money taken for a {} order without a refund", o.status.as_str()),
@@ -440,7 +552,8 @@ fn refund_checks(
 ) -> bool {
     let o = &r.order;
     let channel_refunded = entry.is_some_and(|e| e.refund_id.is_some());
-    let mismatch = |detail: String| discrepancy("refund_state_mismatch", &o.order_id, Some(&p.payment_id), detail);
+    let mismatch =
+        |detail: String| discrepancy(DiscrepancyKind::RefundStateMismatch, &o.order_id, Some(&p.payment_id), detail);
     let Some(f) = r.refunds.iter().find(|f| f.payment_id == p.payment_id) else {
         if channel_refunded {
             out.push(mismatch("refunded at the channel with no local refund".into()));
@@ -473,7 +586,7 @@ fn funds_identity(o: &Order, paid: i64, refunded: i64, out: &mut Vec<Discrepancy
     };
     if net != expected {
         out.push(discrepancy(
-            "funds_identity_violation",
+            DiscrepancyKind::FundsIdentityViolation,
             &o.order_id,
             None,
             format!("{} order: paid {paid} − refunded {refunded} = {net}, expected {expected}", o.status.as_str()),
@@ -489,7 +602,7 @@ pub(crate) fn released_on_paid(r: &OrderRecord, out: &mut Vec<Discrepancy>) {
     }
     for res in r.reservations.iter().filter(|x| x.status == ReservationStatus::Released) {
         out.push(discrepancy(
-            "reservation_released_on_paid_order",
+            DiscrepancyKind::ReservationReleasedOnPaidOrder,
             &o.order_id,
             None,
             format!("reservation of {} RELEASED on a PAID order", res.label()),
@@ -500,7 +613,7 @@ pub(crate) fn released_on_paid(r: &OrderRecord, out: &mut Vec<Discrepancy>) {
 /// A rows that did not decode, as a discrepancy of its key.
 pub(crate) fn undecodable(row: &crate::store::UndecodableRow) -> Discrepancy {
     Discrepancy {
-        kind: "undecodable_record",
+        kind: DiscrepancyKind::UndecodableRecord,
         order_id: row.pk.strip_prefix("ORDER#").unwrap_or_default().to_owned(),
         payment_id: None,
         key: Some(format!("{}/{}", row.pk, row.sk)),
@@ -512,7 +625,7 @@ pub(crate) fn undecodable(row: &crate::store::UndecodableRow) -> Discrepancy {
 pub(crate) fn unknown_order(line: &StatementLine) -> Option<Discrepancy> {
     (line.status == PaymentStatus::Succeeded).then(|| {
         discrepancy(
-            "channel_success_order_unpaid",
+            DiscrepancyKind::ChannelSuccessOrderUnpaid,
             &line.order_id,
             Some(&line.payment_id),
             "channel success for an unknown order".into(),
@@ -521,8 +634,8 @@ pub(crate) fn unknown_order(line: &StatementLine) -> Option<Discrepancy> {
 }
 
 /// Every kind at zero, then the found ones counted.
-pub(crate) fn count_kinds(found: &[Discrepancy]) -> BTreeMap<&'static str, usize> {
-    let mut counts: BTreeMap<&'static str, usize> = KINDS.iter().map(|k| (*k, 0)).collect();
+pub(crate) fn count_kinds(found: &[Discrepancy]) -> BTreeMap<DiscrepancyKind, usize> {
+    let mut counts: BTreeMap<DiscrepancyKind, usize> = DiscrepancyKind::ALL.iter().map(|k| (*k, 0)).collect();
     for d in found {
         *counts.entry(d.kind).or_default() += 1;
     }
@@ -560,7 +673,7 @@ pub fn reconcile(snapshot: &TableSnapshot, statement: Option<&Statement>, bounds
     let lines = statement.map(|s| s.lines.as_slice()).unwrap_or_default();
     out.extend(lines.iter().filter(|e| !known.contains(e.order_id.as_str())).filter_map(unknown_order));
     if statement.is_none() {
-        out.retain(|d| LOCAL_KINDS.contains(&d.kind));
+        out.retain(|d| !d.kind.needs_channel());
     }
     Report {
         orders_checked: records.len(),
@@ -818,15 +931,17 @@ mod tests {
         assert!(has("reservation_released_on_paid_order", "o6"));
         // The record-only kinds added later have their own tests on
         // DynamoDB Local (tests/tests/reconcile_kinds.rs).
-        let here = KINDS.iter().filter(|k| !LOCAL_KINDS.contains(k) || **k == "reservation_released_on_paid_order");
+        let here = DiscrepancyKind::ALL
+            .iter()
+            .filter(|k| k.needs_channel() || **k == DiscrepancyKind::ReservationReleasedOnPaidOrder);
         for kind in here {
             assert!(report.counts[kind] >= 1, "{kind}: {report:?}");
         }
-        assert_eq!(report.counts.len(), KINDS.len(), "every kind is counted, zero or not");
+        assert_eq!(report.counts.len(), DiscrepancyKind::COUNT, "every kind is counted, zero or not");
         // Without the channel's ledger, only what the records alone show.
         let local = run(records, None);
         assert!(!local.channel_checked);
-        let kinds: Vec<&str> = local.discrepancies.iter().map(|d| d.kind).collect();
+        let kinds: Vec<&str> = local.discrepancies.iter().map(|d| d.kind.as_str()).collect();
         assert_eq!(kinds, ["reservation_released_on_paid_order"]);
     }
 

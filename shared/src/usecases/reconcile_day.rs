@@ -25,7 +25,7 @@
 
 use super::reconcile::{
     channel_checks, count_kinds, local_checks, released_on_paid, supply_checks, undecodable, unknown_order, Bounds,
-    Discrepancy, Ledger, LOCAL_KINDS,
+    Discrepancy, DiscrepancyKind, Ledger,
 };
 use crate::domain::points::{PointsBalance, PointsCredit};
 use crate::domain::*;
@@ -188,7 +188,7 @@ pub struct DayReport {
     /// `stock_reserved_mismatch` is the catalog piece's: false while it is
     /// missing.
     pub stock_reserved_checked: bool,
-    pub counts: BTreeMap<String, usize>,
+    pub counts: BTreeMap<DiscrepancyKind, usize>,
     pub discrepancies: Vec<Discrepancy>,
     pub backlog: InFlight,
     pub cost: ReadCost,
@@ -243,7 +243,7 @@ pub fn merge(run: &DayRun, parts: &[PartialReport]) -> DayReport {
         ))
     });
     r.discrepancies.dedup();
-    r.counts = count_kinds(&r.discrepancies).into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    r.counts = count_kinds(&r.discrepancies);
     r
 }
 
@@ -373,8 +373,8 @@ fn day_lines(
 /// Whether an in-flight record's overdue state crossed its bound on `day`.
 fn crossed_on(d: &Discrepancy, r: &OrderRecord, bounds: &Bounds, day: Day) -> bool {
     match d.kind {
-        "order_open_past_expiry" => day.holds(r.order.expire_at.plus(bounds.open_past_expiry)),
-        "refund_pending_stale" => r
+        DiscrepancyKind::OrderOpenPastExpiry => day.holds(r.order.expire_at.plus(bounds.open_past_expiry)),
+        DiscrepancyKind::RefundPendingStale => r
             .refunds
             .iter()
             .filter(|f| d.payment_id.as_deref() == Some(f.payment_id.as_str()))
@@ -420,7 +420,7 @@ async fn shard_piece<I: DayIndex, C: ChannelStatement>(
         local_checks(r, &ports.bounds, now, &mut found);
         // An order final on D owns what its effects left behind; its
         // refunds' staleness is counted where the refund is in flight.
-        found.retain(|d| d.kind != "refund_pending_stale");
+        found.retain(|d| d.kind != DiscrepancyKind::RefundPendingStale);
         released_on_paid(r, &mut found);
         let tally = channel_checks(r, &ledger, now, &mut found);
         part.payments_checked += tally.payments_checked;
@@ -433,7 +433,7 @@ async fn shard_piece<I: DayIndex, C: ChannelStatement>(
         // an order that is not final yet.
         let mut found = Vec::new();
         channel_checks(r, &ledger, now, &mut found);
-        out.extend(found.into_iter().filter(|d| d.kind == "channel_success_order_unpaid"));
+        out.extend(found.into_iter().filter(|d| d.kind == DiscrepancyKind::ChannelSuccessOrderUnpaid));
     }
     let known = |id: &OrderId| records.contains_key(id);
     out.extend(
@@ -446,7 +446,7 @@ async fn shard_piece<I: DayIndex, C: ChannelStatement>(
         part.backlog.add(in_flight(r, now));
     }
     if statement.is_none() {
-        out.retain(|d| LOCAL_KINDS.contains(&d.kind));
+        out.retain(|d| !d.kind.needs_channel());
     }
     part.discrepancies = out;
     Ok(part)
@@ -530,7 +530,7 @@ async fn catalog_piece<I: DayIndex, C: ChannelStatement>(
     let second = reserved_differences(&held_in_flight(ports, &mut part.cost).await?.stock, &reserved);
     part.discrepancies.extend(second.into_iter().filter(|(sku, _)| first.contains_key(sku)).map(
         |(sku, (counted, sum))| Discrepancy {
-            kind: "stock_reserved_mismatch",
+            kind: DiscrepancyKind::StockReservedMismatch,
             order_id: String::new(),
             payment_id: None,
             key: Some(format!("SKU#{sku}/STOCK")),
@@ -686,7 +686,7 @@ mod tests {
             discrepancies: kinds
                 .iter()
                 .map(|(kind, order)| Discrepancy {
-                    kind,
+                    kind: DiscrepancyKind::parse(kind).unwrap(),
                     order_id: order.to_string(),
                     payment_id: None,
                     key: None,

@@ -13,7 +13,7 @@
 //! without the order id (batch summaries), and anything older than the log
 //! groups' retention.
 
-use crate::error::Result;
+use crate::error::{CliError, Result};
 use crate::settings::Stack;
 use crate::signed::Signed;
 use order_core::domain::Timestamp;
@@ -58,6 +58,21 @@ pub async fn lines_naming(
     Ok((lines, notes))
 }
 
+/// Why one log group was not read: a note beside the lines found, not a
+/// failure of the command.
+#[derive(Debug, thiserror::Error)]
+enum Unread {
+    /// The request could not be signed or sent.
+    #[error("{}", .0.what)]
+    Request(CliError),
+    /// The function has not run, so its group does not exist yet.
+    #[error("no log group yet (the function has not run)")]
+    NoGroup,
+    /// CloudWatch Logs refused the call.
+    #[error("FilterLogEvents answered HTTP {status}: {}", text.chars().take(200).collect::<String>())]
+    Refused { status: u16, text: String },
+}
+
 /// At most this many pages of one group (10,000 events each on AWS).
 const MAX_PAGES: usize = 5;
 
@@ -66,7 +81,7 @@ async fn filter(
     group: &str,
     needle: &str,
     since: Timestamp,
-) -> std::result::Result<Vec<Value>, String> {
+) -> std::result::Result<Vec<Value>, Unread> {
     let url = format!("{}/", signed.endpoint("logs"));
     let headers = [("content-type", "application/x-amz-json-1.1"), ("x-amz-target", "Logs_20140328.FilterLogEvents")];
     let mut events = Vec::new();
@@ -80,17 +95,16 @@ async fn filter(
         if let Some(t) = &token {
             body["nextToken"] = json!(t);
         }
-        let (status, text) =
-            signed.send("logs", "POST", &url, &headers, body.to_string().into_bytes()).await.map_err(|e| e.what)?;
+        let (status, text) = signed
+            .send("logs", "POST", &url, &headers, body.to_string().into_bytes())
+            .await
+            .map_err(Unread::Request)?;
         let answer: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if status == 400 && answer["__type"].as_str().unwrap_or("").contains("ResourceNotFound") {
-            return Err("no log group yet (the function has not run)".into());
+            return Err(Unread::NoGroup);
         }
         if !(200..300).contains(&status) {
-            return Err(format!(
-                "FilterLogEvents answered HTTP {status}: {}",
-                text.chars().take(200).collect::<String>()
-            ));
+            return Err(Unread::Refused { status, text });
         }
         events.extend(answer["events"].as_array().cloned().unwrap_or_default());
         token = answer["nextToken"].as_str().map(str::to_owned);

@@ -132,12 +132,34 @@ fn money(amount: i64, currency: &impl std::fmt::Display) -> String {
 
 /// Every dated fact of the order's records, oldest first.
 pub fn timeline(r: &OrderRecord, times: &ItemTimes) -> Vec<Entry> {
+    let mut tl = Timeline::default();
+    order_entries(&mut tl, r, times);
+    payment_entries(&mut tl, r);
+    refund_entries(&mut tl, r);
+    holding_entries(&mut tl, r, times);
+    check_entries(&mut tl, r);
+    // Stable: same-time facts keep the order they were pushed in (a
+    // status change before the effects it caused).
+    tl.0.sort_by(|a, b| a.at.cmp(&b.at));
+    tl.0
+}
+
+/// The timeline's entries in the order they were found.
+#[derive(Default)]
+struct Timeline(Vec<Entry>);
+
+impl Timeline {
+    fn push(&mut self, at: &Timestamp, kind: &str, what: String) {
+        self.0.push(Entry { at: at.to_string(), kind: kind.to_owned(), what });
+    }
+}
+
+/// The order's own facts: placed, its window, the buyer's cancel, the
+/// heads-up, every status change, the closing lease and the reminders.
+fn order_entries(tl: &mut Timeline, r: &OrderRecord, times: &ItemTimes) {
     let o = &r.order;
-    let mut out = Vec::new();
-    let mut push =
-        |at: &Timestamp, kind: &str, what: String| out.push(Entry { at: at.to_string(), kind: kind.to_owned(), what });
     let lines: Vec<String> = o.items.iter().map(|l| format!("{}×{} @{}", l.qty, l.sku, l.unit_price)).collect();
-    push(
+    tl.push(
         &o.created_at,
         "order",
         format!(
@@ -149,33 +171,37 @@ pub fn timeline(r: &OrderRecord, times: &ItemTimes) -> Vec<Entry> {
             o.expiry_rule_version
         ),
     );
-    push(&o.expire_at, "order", "payment window ends (expire_at)".into());
+    tl.push(&o.expire_at, "order", "payment window ends (expire_at)".into());
     if let Some(at) = &o.cancel_requested_at {
-        push(at, "order", "the buyer asked to cancel (due from now)".into());
+        tl.push(at, "order", "the buyer asked to cancel (due from now)".into());
     }
     if let Some(at) = &o.expiring_soon_at {
-        push(at, "order", "noticed as expiring soon (OrderExpiringSoon published)".into());
+        tl.push(at, "order", "noticed as expiring soon (OrderExpiringSoon published)".into());
     }
     for h in &o.history {
         let from = h.from.map(|s| s.as_str()).unwrap_or("(new)");
-        push(&h.at, "status", format!("{from} → {} (cause: {})", h.to.as_str(), h.cause));
+        tl.push(&h.at, "status", format!("{from} → {} (cause: {})", h.to.as_str(), h.cause));
     }
     if let Some(l) = &o.closing {
-        push(
+        tl.push(
             &l.started_at,
             "lease",
             format!("closing lease held by {} until {} (taken over {} time(s))", l.owner, l.lease_until, l.resumes),
         );
     }
     let note = |attr: &str| times.get("ORDER", attr).and_then(|t| Timestamp::parse(t).ok());
-    if let Some(t) = note("lazy_reminder_at") {
-        push(&t, "reminder", "an overdue read sent a close reminder (lazy expiry; the latest one)".into());
+    if let Some(at) = note("lazy_reminder_at") {
+        tl.push(&at, "reminder", "an overdue read sent a close reminder (lazy expiry; the latest one)".into());
     }
-    if let Some(t) = note("early_reminder_until") {
-        push(&t, "reminder", "an early reminder was put back, due now (the latest one)".into());
+    if let Some(at) = note("early_reminder_until") {
+        tl.push(&at, "reminder", "an early reminder was put back, due now (the latest one)".into());
     }
+}
+
+/// Every payment attempt and the evidence seen at its channel.
+fn payment_entries(tl: &mut Timeline, r: &OrderRecord) {
     for p in &r.payments {
-        push(
+        tl.push(
             &p.created_at,
             "payment",
             format!(
@@ -188,7 +214,7 @@ pub fn timeline(r: &OrderRecord, times: &ItemTimes) -> Vec<Entry> {
             ),
         );
         for e in &p.evidence {
-            push(
+            tl.push(
                 &e.at,
                 "evidence",
                 format!(
@@ -201,8 +227,12 @@ pub fn timeline(r: &OrderRecord, times: &ItemTimes) -> Vec<Entry> {
             );
         }
     }
+}
+
+/// Every refund: when it was asked for, and where it stands.
+fn refund_entries(tl: &mut Timeline, r: &OrderRecord) {
     for f in &r.refunds {
-        push(
+        tl.push(
             &f.created_at,
             "refund",
             format!("refund of {} for {} requested: {}", f.payment_id, money(f.amount, &f.currency), f.reason),
@@ -217,14 +247,20 @@ pub fn timeline(r: &OrderRecord, times: &ItemTimes) -> Vec<Entry> {
             f.channel_refund_id.as_ref().map(|c| format!("; channel refund {c}")).unwrap_or_default()
         );
         if let Some(at) = f.refunded_at.or(f.updated_at) {
-            push(&at, "refund", state);
+            tl.push(&at, "refund", state);
         }
     }
+}
+
+/// The reservations and the coupon lock, when each settled (at the order's
+/// creation while not settled).
+fn holding_entries(tl: &mut Timeline, r: &OrderRecord, times: &ItemTimes) {
+    let o = &r.order;
     for res in &r.reservations {
         match times.get(&res.sort_key(), "updated_at").and_then(|t| Timestamp::parse(t).ok()) {
-            Some(at) => push(&at, "reservation", format!("{} {}", res.label(), name_of(&res.status))),
+            Some(at) => tl.push(&at, "reservation", format!("{} {}", res.label(), name_of(&res.status))),
             None => {
-                push(&o.created_at, "reservation", format!("{} {} (not settled)", res.label(), name_of(&res.status)))
+                tl.push(&o.created_at, "reservation", format!("{} {} (not settled)", res.label(), name_of(&res.status)))
             }
         }
     }
@@ -232,12 +268,16 @@ pub fn timeline(r: &OrderRecord, times: &ItemTimes) -> Vec<Entry> {
         let sk = format!("RES#COUPON#{}", l.coupon_id);
         let reason = l.reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default();
         match times.get(&sk, "ended_at").and_then(|t| Timestamp::parse(t).ok()) {
-            Some(at) => push(&at, "coupon", format!("lock of {} ended {}{reason}", l.coupon_id, name_of(&l.status))),
-            None => push(&o.created_at, "coupon", format!("{} {} (not settled)", l.coupon_id, name_of(&l.status))),
+            Some(at) => tl.push(&at, "coupon", format!("lock of {} ended {}{reason}", l.coupon_id, name_of(&l.status))),
+            None => tl.push(&o.created_at, "coupon", format!("{} {} (not settled)", l.coupon_id, name_of(&l.status))),
         }
     }
-    for c in &o.checks {
-        push(
+}
+
+/// The operators' checks.
+fn check_entries(tl: &mut Timeline, r: &OrderRecord) {
+    for c in &r.order.checks {
+        tl.push(
             &c.at,
             "check",
             format!(
@@ -249,10 +289,6 @@ pub fn timeline(r: &OrderRecord, times: &ItemTimes) -> Vec<Entry> {
             ),
         );
     }
-    // Stable: same-time facts keep the order they were pushed in (a
-    // status change before the effects it caused).
-    out.sort_by(|a, b| a.at.cmp(&b.at));
-    out
 }
 
 fn summary(r: &OrderRecord) -> Value {

@@ -295,8 +295,28 @@ async fn classify(store: &DynamoStore, entry: DueEntry, now: Timestamp, report: 
 }
 
 fn print_human(r: &Report) {
-    let secs = |s: u64| age(Duration::from_secs(s));
     println!("as of {} ({} shards of each kind read)", r.now, r.shards_read);
+    print_open(r);
+    print_effects(r);
+    print_refunds(r);
+    println!();
+    queues::print_depths(&r.dead_letter_queues);
+    print_index(r);
+    if !r.unrecognised.is_empty() {
+        println!("\nindex keys this orderctl does not know: {}", r.unrecognised.join(", "));
+    }
+    if !r.anything_stuck() {
+        println!("\nnothing stuck");
+    }
+}
+
+fn secs(s: u64) -> String {
+    age(Duration::from_secs(s))
+}
+
+/// The `OPEN#` part: CLOSING past its lease, PENDING_PAYMENT past its
+/// grace, and final orders left in it.
+fn print_open(r: &Report) {
     println!("\nCLOSING past its lease: {}", r.closing_past_lease.len());
     if !r.closing_past_lease.is_empty() {
         let mut t = table(&["order", "lease ended", "overdue", "lease owner", "takeovers", "attempts"]);
@@ -338,6 +358,9 @@ fn print_human(r: &Report) {
         }
         println!("{t}");
     }
+}
+
+fn print_effects(r: &Report) {
     println!(
         "\nfinal orders with effects pending past their grace: {} (and {} within it)",
         r.effects_pending.len(),
@@ -356,6 +379,9 @@ fn print_human(r: &Report) {
         }
         println!("{t}");
     }
+}
+
+fn print_refunds(r: &Report) {
     println!(
         "\nrefunds pending: {}{}",
         r.refunds_pending.len(),
@@ -375,8 +401,10 @@ fn print_human(r: &Report) {
         }
         println!("{t}");
     }
-    println!();
-    queues::print_depths(&r.dead_letter_queues);
+}
+
+/// The due index's size by part, and its oldest entries.
+fn print_index(r: &Report) {
     let (open, fx): (Vec<&ShardSummary>, Vec<&ShardSummary>) =
         r.index_shards.iter().partition(|s| s.shard.starts_with("OPEN#"));
     let oldest =
@@ -390,10 +418,4 @@ fn print_human(r: &Report) {
         fx.len(),
         oldest(&fx),
     );
-    if !r.unrecognised.is_empty() {
-        println!("\nindex keys this orderctl does not know: {}", r.unrecognised.join(", "));
-    }
-    if !r.anything_stuck() {
-        println!("\nnothing stuck");
-    }
 }
