@@ -25,23 +25,57 @@ fn require(name: &str) -> String {
     })
 }
 
-/// Stack outputs written by `infra/local.sh up` (`.local/stack.env`), with
-/// the process environment taking precedence.
-pub fn stack_env(name: &str) -> String {
+/// `.local/stack.env` as `infra/local.sh up` wrote it (empty when there is
+/// none), read once per process.
+fn stack_file() -> &'static HashMap<String, String> {
     static FILE: OnceLock<HashMap<String, String>> = OnceLock::new();
-    if let Ok(v) = std::env::var(name) {
-        return v;
-    }
-    let file = FILE.get_or_init(|| {
+    FILE.get_or_init(|| {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.local/stack.env");
         std::fs::read_to_string(path)
             .unwrap_or_default()
             .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
             .filter_map(|l| l.split_once('='))
             .map(|(k, v)| (k.trim().to_owned(), v.trim().trim_matches('"').to_owned()))
             .collect()
-    });
-    file.get(name).cloned().unwrap_or_else(|| require(name))
+    })
+}
+
+/// Stack outputs written by `infra/local.sh up` (`.local/stack.env`), with
+/// the process environment taking precedence.
+pub fn stack_env(name: &str) -> String {
+    if let Ok(v) = std::env::var(name) {
+        return v;
+    }
+    stack_file().get(name).cloned().unwrap_or_else(|| require(name))
+}
+
+/// A setting the local stack was deployed with (`PAYMENT_WINDOW_SECONDS`,
+/// `MAX_OPEN_ORDERS_PER_BUYER`, `SWEEP_GRACE_SECONDS`, …): the value
+/// `infra/local.sh up` deployed and wrote to `.local/stack.env`. The file
+/// comes first, since it is the deploy's own record (a variable left in
+/// the shell may be another run's); the environment is read only when the
+/// file does not name the setting (a stack deployed some other way, its
+/// settings exported by hand). Never a default: a test that guessed the
+/// window or the cap would wait for the wrong time or count to the wrong
+/// number, so an unknown setting fails the test saying what to do.
+pub fn deployed_setting(name: &str) -> String {
+    if let Some(v) = stack_file().get(name) {
+        return v.clone();
+    }
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!(
+            "{name}: the deployed stack's setting is unknown: .local/stack.env does not name it and it is not in \
+             the environment. Deploy the local stack with infra/local.sh up (it writes the settings it deployed \
+             with to .local/stack.env), or run the tests through infra/test.sh"
+        )
+    })
+}
+
+/// [`deployed_setting`] as a number.
+pub fn deployed_number<T: std::str::FromStr>(name: &str) -> T {
+    let v = deployed_setting(name);
+    v.parse().unwrap_or_else(|_| panic!("{name}={v:?} (the deployed stack's setting) is not a number"))
 }
 
 async fn sdk_config(endpoint: &str) -> aws_config::SdkConfig {
@@ -662,9 +696,10 @@ pub mod fakes {
     }
 }
 
-/// The payment window of the deployed test stack, in seconds.
+/// The payment window the local stack was deployed with, in seconds
+/// ([`deployed_setting`] `PAYMENT_WINDOW_SECONDS`).
 pub fn window_seconds() -> u64 {
-    std::env::var("PAYMENT_WINDOW_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(20)
+    deployed_number("PAYMENT_WINDOW_SECONDS")
 }
 
 /// How long an order may take from creation to a final state on the local
@@ -698,10 +733,10 @@ pub async fn send_close_message(order_id: &str) {
         .expect("send close message");
 }
 
-/// The sandbox channel's webhook secret on the local stack (the tests'
-/// notifications are the sandbox channel's).
+/// The sandbox channel's webhook secret the local stack was deployed with
+/// (the tests' notifications are the sandbox channel's).
 pub fn webhook_secret() -> String {
-    std::env::var("SANDBOX_WEBHOOK_SECRET").unwrap_or_else(|_| "local-sandbox-webhook-secret".into())
+    deployed_setting("SANDBOX_WEBHOOK_SECRET")
 }
 
 /// The Stripe side of the local stack (localstripe, a third party's
