@@ -1,12 +1,11 @@
 //! The sandbox channel under the races of a payment entry replayed while a
-//! second key or a close concludes "not found" (issue 16, finding 4): an
-//! attempt recorded FAILED here must never stay payable at the channel.
-//! The close that concludes "never charged" first closes the payment at the
-//! sandbox, which keeps a FAILED marker that refuses a later open or
-//! payment; a replay re-reads its attempt after opening and closes what it
-//! opened if the attempt was concluded meanwhile. The Stripe side is
-//! `stripe_payment_races.rs`. DynamoDB Local, the real sandbox adapter on a
-//! ledger table of its own.
+//! second key or a close concludes "not found": an attempt recorded FAILED
+//! here must never stay payable at the channel. The close that concludes
+//! "never charged" first closes the payment at the sandbox, which keeps a
+//! FAILED marker that refuses a later open or payment; a replay re-reads
+//! its attempt after opening and closes what it opened if the attempt was
+//! concluded meanwhile. The Stripe side is `stripe_payment_races.rs`.
+//! DynamoDB Local, the real sandbox adapter on a ledger table of its own.
 
 use async_trait::async_trait;
 use order_core::aws::dynamo::DynamoStore;

@@ -1,10 +1,13 @@
-//! The Stripe channel under the races and failures a review found: a
-//! payment entry retried while a close or a second attempt concludes "not
-//! found", an intent Stripe denies after a key change, an amount Stripe
-//! refuses, an event naming an intent that is not the attempt's, a refund
-//! Stripe failed. Each test asserts the behaviour the invariant demands.
-//! Needs DynamoDB Local; the ones that pay run against the local stack's
-//! localstripe (`.local/stack.env`).
+//! The Stripe channel under races and failures: a payment entry replayed
+//! while a close or a second attempt concludes "not found" never leaves a
+//! payable intent behind an attempt recorded FAILED, and an intent handed
+//! out is never closed; an intent Stripe denies after a key change holds
+//! the order (and its event is failed so that Stripe sends it again); an
+//! amount Stripe refuses is a 422 naming why; an event naming another
+//! payment's intent pins nothing on the attempt; a refund Stripe failed is
+//! made again under a key of its own. Needs DynamoDB Local; the ones that
+//! pay run against the local stack's localstripe (`.local/stack.env`), the
+//! others against recorded Stripe answers.
 
 use async_trait::async_trait;
 use order_core::aws::dynamo::DynamoStore;

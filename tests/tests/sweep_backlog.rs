@@ -1,11 +1,14 @@
-//! The sweep under a backlog (issue 16, finding 5): how many calls one run
-//! has in flight however large the backlog (fakes, no DynamoDB), a stored
-//! cursor the service rejects (DynamoDB Local), and 10,000 due orders
-//! drained by the sweep alone, with no wake-up at all (DynamoDB Local, the
-//! production client settings; it prints each run's duration). The drain
-//! runs alone (nextest's `ten_thousand` filter), best on a fresh DynamoDB
-//! Local: one already holding many earlier runs' tables, on a busy machine,
-//! took 205 s to plant the orders instead of 5–11 s.
+//! The sweep under a backlog: how many calls one run has in flight however
+//! large the backlog of due orders or pending effects (fakes, no DynamoDB;
+//! effects handed on ten to a call), a pending effect handed off once per
+//! visibility timeout rather than once per run, a stored cursor the service
+//! rejects or of the wrong shape dropped and the shard swept from the top
+//! (DynamoDB Local), and 10,000 due orders drained by the sweep alone, with
+//! no wake-up at all (DynamoDB Local, the production client settings; it
+//! prints each run's duration). The drain runs alone (nextest's
+//! `ten_thousand` filter), best on a fresh DynamoDB Local: one already
+//! holding many earlier runs' tables, on a busy machine, took 205 s to plant
+//! the orders instead of 5–11 s.
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue as Av;
