@@ -68,6 +68,8 @@ impl World {
             not_found_grace: Duration::from_secs(30),
             // The order API's own budget (functions/bootstrap/src/order_api.rs).
             budget: Duration::from_secs(5),
+            // Reminders of its own: a test counts what this closer put back.
+            reminders: RecordedReminders::default(),
             ..self.0.closer()
         }
     }
