@@ -25,23 +25,57 @@ fn require(name: &str) -> String {
     })
 }
 
-/// Stack outputs written by `infra/local.sh up` (`.local/stack.env`), with
-/// the process environment taking precedence.
-pub fn stack_env(name: &str) -> String {
+/// `.local/stack.env` as `infra/local.sh up` wrote it (empty when there is
+/// none), read once per process.
+fn stack_file() -> &'static HashMap<String, String> {
     static FILE: OnceLock<HashMap<String, String>> = OnceLock::new();
-    if let Ok(v) = std::env::var(name) {
-        return v;
-    }
-    let file = FILE.get_or_init(|| {
+    FILE.get_or_init(|| {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.local/stack.env");
         std::fs::read_to_string(path)
             .unwrap_or_default()
             .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
             .filter_map(|l| l.split_once('='))
             .map(|(k, v)| (k.trim().to_owned(), v.trim().trim_matches('"').to_owned()))
             .collect()
-    });
-    file.get(name).cloned().unwrap_or_else(|| require(name))
+    })
+}
+
+/// Stack outputs written by `infra/local.sh up` (`.local/stack.env`), with
+/// the process environment taking precedence.
+pub fn stack_env(name: &str) -> String {
+    if let Ok(v) = std::env::var(name) {
+        return v;
+    }
+    stack_file().get(name).cloned().unwrap_or_else(|| require(name))
+}
+
+/// A setting the local stack was deployed with (`PAYMENT_WINDOW_SECONDS`,
+/// `MAX_OPEN_ORDERS_PER_BUYER`, `SWEEP_GRACE_SECONDS`, …): the value
+/// `infra/local.sh up` deployed and wrote to `.local/stack.env`. The file
+/// comes first, since it is the deploy's own record (a variable left in
+/// the shell may be another run's); the environment is read only when the
+/// file does not name the setting (a stack deployed some other way, its
+/// settings exported by hand). Never a default: a test that guessed the
+/// window or the cap would wait for the wrong time or count to the wrong
+/// number, so an unknown setting fails the test saying what to do.
+pub fn deployed_setting(name: &str) -> String {
+    if let Some(v) = stack_file().get(name) {
+        return v.clone();
+    }
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!(
+            "{name}: the deployed stack's setting is unknown: .local/stack.env does not name it and it is not in \
+             the environment. Deploy the local stack with infra/local.sh up (it writes the settings it deployed \
+             with to .local/stack.env), or run the tests through infra/test.sh"
+        )
+    })
+}
+
+/// [`deployed_setting`] as a number.
+pub fn deployed_number<T: std::str::FromStr>(name: &str) -> T {
+    let v = deployed_setting(name);
+    v.parse().unwrap_or_else(|_| panic!("{name}={v:?} (the deployed stack's setting) is not a number"))
 }
 
 async fn sdk_config(endpoint: &str) -> aws_config::SdkConfig {
@@ -571,6 +605,7 @@ pub mod fakes {
     use order_core::ports::*;
     use order_core::store::PaymentAttempt;
     use std::collections::HashMap;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
@@ -646,6 +681,99 @@ pub mod fakes {
         }
     }
 
+    /// A channel with the same answers for every payment: `query` and
+    /// `cancel` answer as set, taking `delay` each (a brownout when it is
+    /// long; `open` too while `slow_open` is set); a refund fails with
+    /// `refusal` when it is set, else goes through as `re_auto_<n>`, counted
+    /// in `refunds`.
+    #[derive(Clone)]
+    pub struct FixedChannel {
+        pub query: ChannelPayment,
+        pub cancel: ChannelPayment,
+        pub refusal: Option<String>,
+        pub delay: Duration,
+        pub slow_open: Arc<AtomicBool>,
+        pub refunds: Arc<AtomicUsize>,
+    }
+    impl FixedChannel {
+        /// At once: `query` answers `query`, `cancel` answers `cancel`,
+        /// refunds go through.
+        pub fn answering(query: ChannelPayment, cancel: ChannelPayment) -> Self {
+            Self {
+                query,
+                cancel,
+                refusal: None,
+                delay: Duration::ZERO,
+                slow_open: Default::default(),
+                refunds: Default::default(),
+            }
+        }
+        /// Every refund fails with `reason`.
+        pub fn refusing_refunds(self, reason: &str) -> Self {
+            Self { refusal: Some(reason.to_owned()), ..self }
+        }
+        /// `query` and `cancel` (and `open` while `slow_open` is set) take `delay`.
+        pub fn taking(self, delay: Duration) -> Self {
+            Self { delay, ..self }
+        }
+        async fn wait(&self) {
+            if !self.delay.is_zero() {
+                tokio::time::sleep(self.delay).await;
+            }
+        }
+    }
+    #[async_trait]
+    impl PaymentChannel for FixedChannel {
+        async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<OpenedPayment, Unavailable> {
+            if self.slow_open.load(Ordering::SeqCst) {
+                self.wait().await;
+            }
+            Ok(OpenedPayment::default())
+        }
+        async fn query(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
+            self.wait().await;
+            Ok(self.query.clone())
+        }
+        async fn cancel(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
+            self.wait().await;
+            Ok(self.cancel.clone())
+        }
+        async fn refund(&self, _: &PaymentAttempt, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
+            if let Some(reason) = &self.refusal {
+                return Ok(RefundResult::Failed(reason.clone()));
+            }
+            let n = self.refunds.fetch_add(1, Ordering::SeqCst);
+            Ok(RefundResult::Refunded { channel_refund_id: format!("re_auto_{n}") })
+        }
+    }
+
+    /// `inner` as an open whose answer never came leaves it: `open` fails
+    /// with `Unavailable::new(what, why)`; every other call is `inner`'s.
+    #[derive(Clone)]
+    pub struct OpenFails<C> {
+        pub inner: C,
+        pub what: &'static str,
+        pub why: &'static str,
+    }
+    #[async_trait]
+    impl<C: PaymentChannel> PaymentChannel for OpenFails<C> {
+        fn names(&self) -> Vec<&'static str> {
+            self.inner.names()
+        }
+        async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<OpenedPayment, Unavailable> {
+            Err(Unavailable::new(self.what, self.why))
+        }
+        async fn query(&self, a: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
+            self.inner.query(a).await
+        }
+        async fn cancel(&self, a: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
+            self.inner.cancel(a).await
+        }
+        async fn refund(&self, a: &PaymentAttempt, amount: i64, key: &str) -> Result<RefundResult, Unavailable> {
+            self.inner.refund(a, amount, key).await
+        }
+    }
+
     /// Counts schedules created and cancelled.
     #[derive(Clone, Default)]
     pub struct RecordedWakeUps(pub Arc<Mutex<Vec<String>>>);
@@ -662,9 +790,10 @@ pub mod fakes {
     }
 }
 
-/// The payment window of the deployed test stack, in seconds.
+/// The payment window the local stack was deployed with, in seconds
+/// ([`deployed_setting`] `PAYMENT_WINDOW_SECONDS`).
 pub fn window_seconds() -> u64 {
-    std::env::var("PAYMENT_WINDOW_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(20)
+    deployed_number("PAYMENT_WINDOW_SECONDS")
 }
 
 /// How long an order may take from creation to a final state on the local
@@ -698,10 +827,10 @@ pub async fn send_close_message(order_id: &str) {
         .expect("send close message");
 }
 
-/// The sandbox channel's webhook secret on the local stack (the tests'
-/// notifications are the sandbox channel's).
+/// The sandbox channel's webhook secret the local stack was deployed with
+/// (the tests' notifications are the sandbox channel's).
 pub fn webhook_secret() -> String {
-    std::env::var("SANDBOX_WEBHOOK_SECRET").unwrap_or_else(|_| "local-sandbox-webhook-secret".into())
+    deployed_setting("SANDBOX_WEBHOOK_SECRET")
 }
 
 /// The Stripe side of the local stack (localstripe, a third party's
@@ -970,66 +1099,7 @@ pub fn validate_event(event: &Value) {
     assert!(errors.is_empty(), "{detail_type} does not match its schema: {errors:?}\n{event}");
 }
 
-/// Builders of domain records for the store and use-case tests.
-pub mod fixtures {
-    use order_core::aws::dynamo::DynamoStore;
-    use order_core::domain::*;
-    use order_core::ports::{RandomIds, SystemClock};
-    use order_core::store::{Coupon, PaymentAttempt, Stock};
-    use order_core::usecases::queries::{self, StockChange, StockRequest};
-    use order_core::usecases::UseCaseError;
-
-    /// Seeds a SKU as an operator does (the audited use case), so that
-    /// reconciliation finds its record.
-    pub async fn seed_stock(
-        store: &DynamoStore,
-        sku: &Sku,
-        available: i64,
-        price: &Price,
-    ) -> Result<Stock, UseCaseError> {
-        let req = StockRequest {
-            change: StockChange::Seed { available, price: price.clone() },
-            key: None,
-            by: "tests".into(),
-        };
-        Ok(queries::put_stock(store, &SystemClock, &RandomIds, sku, req).await?.stock)
-    }
-
-    /// An AVAILABLE, returnable coupon of `user` valid until `valid_until`.
-    pub fn available_coupon(id: &str, user: &str, valid_until: Timestamp) -> Coupon {
-        Coupon {
-            coupon_id: CouponId::parse(id).unwrap(),
-            user_id: UserId::parse(user).unwrap(),
-            valid_until,
-            state: CouponState::Available,
-            locked_by: None,
-            reason: None,
-            returnable: true,
-        }
-    }
-
-    /// A fresh PROCESSING attempt at the sandbox for the whole of `order`,
-    /// made at `at`, with a unique payment id.
-    pub fn processing_attempt(order: &Order, at: Timestamp) -> PaymentAttempt {
-        PaymentAttempt {
-            payment_id: PaymentId::parse(format!("pay_{}", rand::random::<u32>())).unwrap(),
-            order_id: order.order_id.clone(),
-            channel: ChannelName::parse("sandbox").unwrap(),
-            amount: order.amount_total,
-            currency: order.currency.clone(),
-            status: PaymentStatus::Processing,
-            channel_txn_id: None,
-            channel_ref: None,
-            created_at: at,
-            evidence: vec![],
-        }
-    }
-
-    /// A catalog price in EUR.
-    pub fn eur(amount: i64) -> Price {
-        Price::new(amount, Currency::parse("EUR").unwrap()).unwrap()
-    }
-}
+pub mod fixtures;
 
 /// The buyer named by a create-order body's `user_id`: the use-case tests
 /// keep writing bodies as the API's clients did, and act as that buyer

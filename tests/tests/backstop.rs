@@ -5,14 +5,13 @@
 //! and payment-window rules fixed at create.
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::{AttributeValue as Av, PutRequest, WriteRequest};
+use aws_sdk_dynamodb::types::AttributeValue as Av;
 use order_core::aws::dynamo::{keys, DueShards, DynamoStore};
 use order_core::domain::*;
 use order_core::handlers::requests::{force_check, get_order};
 use order_core::ports::*;
 use order_core::store::*;
-use order_core::usecases::close_order::{CloseOrder, CloseOutcome, DEFAULT_CLOSE_BUDGET};
-use order_core::usecases::create_order::CreateOrder;
+use order_core::usecases::close_order::{CloseOrder, CloseOutcome};
 use order_core::usecases::order_reads::Reader;
 use order_core::usecases::release_order::{release_order, settle_order};
 use order_core::usecases::sweep::{sweep, SweepConfig};
@@ -21,10 +20,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use system_tests::fakes::*;
+use system_tests::fixtures::{self, fresh_key, one_line, T0};
 use system_tests::CreateAsNamed;
 use system_tests::{dynamodb_local, fresh_table};
-
-const T0: i64 = 1_800_000_000_000;
 const WINDOW: Duration = Duration::from_secs(60);
 
 /// What the sweep asked for, in order.
@@ -52,12 +50,7 @@ impl Redrive for RecordedRedrive {
     }
 }
 
-struct World {
-    store: DynamoStore,
-    clock: FixedClock,
-    channel: ScriptedChannel,
-    reminders: RecordedReminders,
-}
+system_tests::world_of!(World);
 
 impl World {
     async fn new() -> Self {
@@ -65,43 +58,11 @@ impl World {
     }
 
     async fn with_store(store: DynamoStore) -> Self {
-        system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 1_000, &eur(100)).await.unwrap();
-        Self { store, clock: FixedClock::at(T0), channel: Default::default(), reminders: Default::default() }
-    }
-
-    fn creator(&self, window: Duration, rule: &str) -> CreateOrder<DynamoStore> {
-        CreateOrder {
-            store: self.store.clone(),
-            clock: Box::new(self.clock.clone()),
-            ids: Box::new(RandomIds),
-            window,
-            expiry_rule_version: rule.into(),
-            open_order_cap: None,
-        }
+        Self(fixtures::World::on_store(store, ScriptedChannel::default(), &["A"], 1_000).await)
     }
 
     async fn order(&self) -> Order {
-        let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
-        let key = format!("k{}", rand::random::<u64>());
-        self.creator(WINDOW, "w60").execute_as_named(Some(&key), body.to_string().as_bytes()).await.unwrap().order
-    }
-
-    async fn with_attempt(&self, order: &Order) -> PaymentAttempt {
-        let a = system_tests::fixtures::processing_attempt(order, self.clock.now());
-        assert_eq!(self.store.record_attempt(order, &a).await.unwrap(), AttemptResult::Recorded);
-        a
-    }
-
-    fn closer(&self) -> CloseOrder<DynamoStore, ScriptedChannel, RecordedReminders> {
-        CloseOrder {
-            store: self.store.clone(),
-            channel: self.channel.clone(),
-            reminders: self.reminders.clone(),
-            clock: Box::new(self.clock.clone()),
-            lease: Duration::from_secs(30),
-            not_found_grace: Duration::from_secs(10),
-            budget: DEFAULT_CLOSE_BUDGET,
-        }
+        fixtures::create(&self.creator(WINDOW, "w60"), &fresh_key(), &one_line("u1", "A", 1, 100)).await
     }
 
     async fn sweep(&self, cfg: &SweepConfig) -> (SweepReport, Vec<String>) {
@@ -112,26 +73,13 @@ impl World {
 
     /// The raw index entry of an order's item: `(due_shard, due_at)`.
     async fn index_entry(&self, id: &OrderId) -> Option<(String, String)> {
-        let item = self
-            .store
-            .client()
-            .get_item()
-            .table_name(self.store.table())
-            .key("pk", Av::S(keys::order(id)))
-            .key("sk", Av::S(keys::ORDER_SK.into()))
-            .consistent_read(true)
-            .send()
-            .await
-            .unwrap()
-            .item
-            .unwrap();
+        let item = fixtures::raw_item(&self.store, keys::order(id), keys::ORDER_SK).await.unwrap();
         let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
         Some((get("due_shard")?, get("due_at")?))
     }
 }
 
 use order_core::usecases::sweep::SweepReport;
-use system_tests::fixtures::eur;
 
 fn cfg() -> SweepConfig {
     SweepConfig { grace: Duration::from_secs(5), ..SweepConfig::default() }
@@ -162,7 +110,7 @@ async fn a_final_order_moves_to_the_effects_shard_until_its_release_or_settle_is
     let w = World::new().await;
     let closed = w.order().await;
     let paid = w.order().await;
-    let a = w.with_attempt(&paid).await;
+    let a = w.attempt(&paid).await;
     let shards = w.store.shards().count;
     assert_eq!(w.index_entry(&closed.order_id).await.unwrap().0, keys::due_shard(&closed.order_id, shards));
 
@@ -305,7 +253,7 @@ async fn a_snooze_never_moves_an_entry_that_changed_after_the_sweep_read_it() {
     let w = World::new().await;
     let closed = w.order().await;
     let leased = w.order().await;
-    let attempt = w.with_attempt(&leased).await;
+    let attempt = w.attempt(&leased).await;
     w.channel.answer(&attempt.payment_id, None); // the channel times out: the closer holds it
     w.clock.set(T0 + 60_000 + 6_000);
     let shard = keys::due_shard(&closed.order_id, w.store.shards().count);
@@ -345,11 +293,12 @@ async fn lowering_the_shard_count_strands_nothing_while_the_sweep_covers_the_old
     old.clock.set(T0 + 120_000);
 
     // Redeployed with 2 write shards; the sweep still covers 8.
-    let new = World { store: table.clone().with_shards(DueShards { count: 2, sweep_count: 8 }), ..old };
+    let new =
+        World(fixtures::World { store: table.clone().with_shards(DueShards { count: 2, sweep_count: 8 }), ..old.0 });
     let (_, calls) = new.sweep(&cfg()).await;
     assert_eq!(calls.len(), 24, "every order written under the old count is found");
     // Lowering both at once would have stranded the orders in shards 2..8.
-    let wrong = World { store: table.with_shards(DueShards { count: 2, sweep_count: 2 }), ..new };
+    let wrong = World(fixtures::World { store: table.with_shards(DueShards { count: 2, sweep_count: 2 }), ..new.0 });
     let (_, calls) = wrong.sweep(&cfg()).await;
     assert!(calls.len() < 24, "the documented mistake is real: {} of 24 found", calls.len());
 }
@@ -374,9 +323,7 @@ async fn a_sweep_over_ten_thousand_closed_orders_reads_only_what_is_due() {
     let w = World::new().await;
     // 10,000 final orders as the store leaves them once their effects are
     // done (out of the index), written in batches, plus 50 open ones not due.
-    let client = w.store.client().clone();
-    let table = w.store.table().to_owned();
-    let mut writes = Vec::new();
+    let mut items = Vec::new();
     for i in 0..10_000 {
         let mut item = HashMap::new();
         item.insert("pk".to_string(), Av::S(format!("ORDER#ord_closed{i:05}")));
@@ -384,25 +331,9 @@ async fn a_sweep_over_ten_thousand_closed_orders_reads_only_what_is_due() {
         item.insert("entity".to_string(), Av::S("ORDER".into()));
         item.insert("status".to_string(), Av::S("CLOSED".into()));
         item.insert("expire_at".to_string(), Av::S("2020-01-01T00:00:00.000Z".into()));
-        writes.push(
-            WriteRequest::builder().put_request(PutRequest::builder().set_item(Some(item)).build().unwrap()).build(),
-        );
+        items.push(item);
     }
-    for group in writes.chunks(25 * 16) {
-        let puts = group.chunks(25).map(|chunk| {
-            let (client, table) = (client.clone(), table.clone());
-            let chunk = chunk.to_vec();
-            async move {
-                let mut pending = HashMap::from([(table, chunk)]);
-                while !pending.is_empty() {
-                    let out = client.batch_write_item().set_request_items(Some(pending)).send().await.unwrap();
-                    pending =
-                        out.unprocessed_items.unwrap_or_default().into_iter().filter(|(_, v)| !v.is_empty()).collect();
-                }
-            }
-        });
-        futures_util::future::join_all(puts).await;
-    }
+    system_tests::batch_put(&w.store, items).await;
     for _ in 0..50 {
         w.order().await;
     }
@@ -420,7 +351,7 @@ async fn a_sweep_over_ten_thousand_closed_orders_reads_only_what_is_due() {
 async fn duplicate_reminders_for_a_held_order_leave_one_reminder_chain() {
     let w = World::new().await;
     let o = w.order().await;
-    let a = w.with_attempt(&o).await;
+    let a = w.attempt(&o).await;
     w.channel.answer(&a.payment_id, None); // the channel times out: held
     w.clock.set(T0 + 60_000);
     let first = w.closer().close(&o.order_id, "r1").await.unwrap();
@@ -449,7 +380,7 @@ async fn duplicate_reminders_for_a_held_order_leave_one_reminder_chain() {
 async fn a_close_run_out_of_time_holds_the_order_keeps_its_lease_and_sends_its_reminder() {
     let w = World::new().await;
     let o = w.order().await;
-    let a = w.with_attempt(&o).await;
+    let a = w.attempt(&o).await;
     w.channel.answer(&a.payment_id, Some(ChannelPayment::Failed));
     w.clock.set(T0 + 60_000);
     let closer = CloseOrder { budget: Duration::ZERO, ..w.closer() };
@@ -577,7 +508,7 @@ async fn an_effects_entry_handed_on_is_left_to_its_message_and_a_stale_move_of_i
     let w = World::new().await;
     let closed = w.order().await;
     let paid = w.order().await;
-    let a = w.with_attempt(&paid).await;
+    let a = w.attempt(&paid).await;
     w.clock.set(T0 + 60_000);
     assert_eq!(w.closer().close(&closed.order_id, "t").await.unwrap(), CloseOutcome::Closed);
     let paid_now = w.store.order(&paid.order_id).await.unwrap().unwrap();

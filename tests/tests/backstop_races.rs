@@ -13,22 +13,17 @@ use order_core::domain::*;
 use order_core::handlers::requests::{force_check, get_order};
 use order_core::ports::*;
 use order_core::store::*;
-use order_core::usecases::close_order::{CloseOrder, CloseOutcome, DEFAULT_CLOSE_BUDGET};
-use order_core::usecases::create_order::CreateOrder;
+use order_core::usecases::close_order::{CloseOrder, CloseOutcome};
 use order_core::usecases::order_reads::Reader;
 use order_core::usecases::refunds::{process_refund, RefundOutcome};
 use order_core::usecases::release_order::{drive_effects, release_order, settle_order};
 use order_core::usecases::sweep::{sweep, SweepConfig, SweepReport};
-use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use system_tests::fakes::*;
-use system_tests::fixtures::eur;
-use system_tests::CreateAsNamed;
+use system_tests::fixtures::{self, fresh_key, one_line, T0};
 use system_tests::{dynamodb_local, fresh_table};
-
-const T0: i64 = 1_800_000_000_000;
 const WINDOW: Duration = Duration::from_secs(60);
 const WINDOW_MS: i64 = 60_000;
 
@@ -82,12 +77,7 @@ impl Redrive for ScriptedRedrive {
     }
 }
 
-struct World {
-    store: DynamoStore,
-    clock: FixedClock,
-    channel: ScriptedChannel,
-    reminders: RecordedReminders,
-}
+system_tests::world_of!(World);
 
 impl World {
     async fn new() -> Self {
@@ -95,24 +85,11 @@ impl World {
     }
 
     async fn with_store(store: DynamoStore) -> Self {
-        system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 1_000, &eur(100)).await.unwrap();
-        Self { store, clock: FixedClock::at(T0), channel: Default::default(), reminders: Default::default() }
+        Self(fixtures::World::on_store(store, ScriptedChannel::default(), &["A"], 1_000).await)
     }
 
     async fn order(&self) -> Order {
-        let uc = CreateOrder {
-            store: self.store.clone(),
-            clock: Box::new(self.clock.clone()),
-            ids: Box::new(RandomIds),
-            window: WINDOW,
-            expiry_rule_version: "w60".into(),
-            open_order_cap: None,
-        };
-        let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 3, "unit_price": 100}]});
-        uc.execute_as_named(Some(&format!("k{}", rand::random::<u64>())), body.to_string().as_bytes())
-            .await
-            .unwrap()
-            .order
+        fixtures::create(&self.creator(WINDOW, "w60"), &fresh_key(), &one_line("u1", "A", 3, 100)).await
     }
 
     async fn with_attempt(&self, order: &Order) -> PaymentAttempt {
@@ -123,23 +100,11 @@ impl World {
     }
 
     fn closer(&self) -> CloseOrder<DynamoStore, ScriptedChannel, RecordedReminders> {
-        CloseOrder {
-            store: self.store.clone(),
-            channel: self.channel.clone(),
-            reminders: self.reminders.clone(),
-            clock: Box::new(self.clock.clone()),
-            lease: Duration::from_secs(60),
-            not_found_grace: Duration::from_secs(10),
-            budget: DEFAULT_CLOSE_BUDGET,
-        }
+        CloseOrder { lease: Duration::from_secs(60), ..self.0.closer() }
     }
 
     async fn now_order(&self, id: &OrderId) -> Order {
         self.store.order(id).await.unwrap().unwrap()
-    }
-
-    async fn available(&self) -> i64 {
-        self.store.stock(&Sku::parse("A").unwrap()).await.unwrap().unwrap().available
     }
 
     /// A webhook's success for `a`, decided on the order as it is now.
@@ -156,18 +121,7 @@ impl World {
     }
 
     async fn index_entry(&self, pk: String, sk: &str) -> Option<(String, String)> {
-        let item = self
-            .store
-            .client()
-            .get_item()
-            .table_name(self.store.table())
-            .key("pk", Av::S(pk))
-            .key("sk", Av::S(sk.into()))
-            .consistent_read(true)
-            .send()
-            .await
-            .unwrap()
-            .item?;
+        let item = fixtures::raw_item(&self.store, pk, sk).await?;
         let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
         Some((get("due_shard")?, get("due_at")?))
     }
@@ -427,7 +381,7 @@ async fn paid_while_closing_and_held_stays_paid_and_releases_nothing() {
     let after = w.now_order(&o.order_id).await;
     assert_eq!(after.status, OrderStatus::Paid);
     assert_eq!(final_transitions(&after), 1);
-    assert_eq!(w.available().await, 1_000 - 3, "the stock stays sold/reserved, never released");
+    assert_eq!(w.available("A").await, 1_000 - 3, "the stock stays sold/reserved, never released");
 }
 
 /// Invariant 4: release re-driven by the sweep and by the stream at the
@@ -446,7 +400,7 @@ async fn concurrent_release_by_sweep_and_stream_returns_stock_once() {
     );
     let moved = a.unwrap().moved + b.unwrap().moved + c.unwrap().moved;
     assert_eq!(moved, 1, "one reservation moved once");
-    assert_eq!(w.available().await, 1_000);
+    assert_eq!(w.available("A").await, 1_000);
     assert_eq!(w.index_entry(keys::order(&o.order_id), "ORDER").await, None);
 }
 
@@ -555,7 +509,7 @@ async fn a_dead_closer_is_found_by_the_sweep_after_its_lease_and_nothing_is_rele
     let after = w.now_order(&o.order_id).await;
     assert_eq!(after.status, OrderStatus::Closing);
     assert_eq!(after.closing.unwrap().resumes, 1);
-    assert_eq!(w.available().await, 1_000 - 3, "nothing released while unknown");
+    assert_eq!(w.available("A").await, 1_000 - 3, "nothing released while unknown");
 }
 
 /// Bad ids and unknown orders on every entry point the backstop uses.

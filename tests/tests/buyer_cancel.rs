@@ -3,80 +3,21 @@
 //! payment start refused after it, and the cancel use case at each state
 //! and channel answer (it is the close use case, due at once).
 
-use order_core::aws::dynamo::DynamoStore;
 use order_core::domain::*;
 use order_core::ports::*;
 use order_core::store::*;
 use order_core::usecases::cancel_order::{cancel_order, CancelOutcome};
-use order_core::usecases::close_order::CloseOrder;
-use order_core::usecases::create_order::CreateOrder;
 use order_core::usecases::release_order::release_order;
 use order_core::usecases::UseCaseError;
-use serde_json::json;
 use std::time::Duration;
-use system_tests::fakes::*;
-use system_tests::fixtures::eur;
-use system_tests::CreateAsNamed;
-use system_tests::{dynamodb_local, fresh_table};
+use system_tests::fixtures::{self, one_line, T0};
 
-const T0: i64 = 1_800_000_000_000;
 const WINDOW_MS: i64 = 60_000;
 
-struct World {
-    store: DynamoStore,
-    clock: FixedClock,
-    channel: ScriptedChannel,
-    reminders: RecordedReminders,
-}
+type World = fixtures::World;
 
-impl World {
-    async fn new() -> Self {
-        let store = fresh_table(&dynamodb_local().await).await;
-        system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 10, &eur(100)).await.unwrap();
-        Self { store, clock: FixedClock::at(T0), channel: Default::default(), reminders: Default::default() }
-    }
-
-    fn closer(&self) -> CloseOrder<DynamoStore, ScriptedChannel, RecordedReminders> {
-        CloseOrder {
-            store: self.store.clone(),
-            channel: self.channel.clone(),
-            reminders: self.reminders.clone(),
-            clock: Box::new(self.clock.clone()),
-            lease: Duration::from_secs(30),
-            not_found_grace: Duration::from_secs(10),
-            budget: order_core::usecases::close_order::DEFAULT_CLOSE_BUDGET,
-        }
-    }
-
-    async fn order(&self) -> Order {
-        let uc = CreateOrder {
-            store: self.store.clone(),
-            clock: Box::new(self.clock.clone()),
-            ids: Box::new(RandomIds),
-            window: Duration::from_millis(WINDOW_MS as u64),
-            expiry_rule_version: "t".into(),
-            open_order_cap: None,
-        };
-        let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 3, "unit_price": 100}]});
-        uc.execute_as_named(Some(&format!("k{}", rand::random::<u64>())), body.to_string().as_bytes())
-            .await
-            .unwrap()
-            .order
-    }
-
-    async fn with_attempt(&self, order: &Order) -> (Order, PaymentAttempt) {
-        let a = system_tests::fixtures::processing_attempt(order, self.clock.now());
-        assert_eq!(self.store.record_attempt(order, &a).await.unwrap(), AttemptResult::Recorded);
-        (self.store.order(&order.order_id).await.unwrap().unwrap(), a)
-    }
-
-    async fn now_order(&self, o: &Order) -> Order {
-        self.store.order(&o.order_id).await.unwrap().unwrap()
-    }
-
-    async fn available(&self) -> i64 {
-        self.store.stock(&Sku::parse("A").unwrap()).await.unwrap().unwrap().available
-    }
+async fn world() -> World {
+    World::new(&["A"], 10).await.ordering(Duration::from_millis(WINDOW_MS as u64), one_line("u1", "A", 3, 100))
 }
 
 fn code(e: UseCaseError) -> &'static str {
@@ -85,7 +26,7 @@ fn code(e: UseCaseError) -> &'static str {
 
 #[tokio::test]
 async fn a_cancel_request_is_recorded_once_only_on_an_open_order_inside_its_window() {
-    let w = World::new().await;
+    let w = world().await;
     let o = w.order().await;
     let now = Timestamp::from_unix_millis(T0 + 1_000);
     // A stale version is refused.
@@ -114,7 +55,7 @@ async fn a_cancel_request_is_recorded_once_only_on_an_open_order_inside_its_wind
 
 #[tokio::test]
 async fn no_payment_attempt_starts_on_an_order_its_buyer_asked_to_cancel() {
-    let w = World::new().await;
+    let w = world().await;
     let o = w.order().await;
     assert_eq!(w.store.request_cancel(&o, Timestamp::from_unix_millis(T0 + 1)).await.unwrap(), Cas::Applied);
     let asked = w.now_order(&o).await;
@@ -125,7 +66,7 @@ async fn no_payment_attempt_starts_on_an_order_its_buyer_asked_to_cancel() {
 
 #[tokio::test]
 async fn a_cancel_closes_an_unpaid_order_at_once_and_a_repeat_changes_nothing() {
-    let w = World::new().await;
+    let w = world().await;
     let o = w.order().await;
     w.clock.set(T0 + 5_000);
     let c = cancel_order(&w.closer(), &o.user_id, &o.order_id, None).await.unwrap();
@@ -140,7 +81,7 @@ async fn a_cancel_closes_an_unpaid_order_at_once_and_a_repeat_changes_nothing() 
     // The release is any close's: every unit back, once.
     let r = release_order(&w.store, &w.clock, &o.order_id).await.unwrap();
     assert_eq!(r.moved, 1);
-    assert_eq!(w.available().await, 10);
+    assert_eq!(w.available("A").await, 10);
     // Again: the same answer, no write.
     let again = cancel_order(&w.closer(), &o.user_id, &o.order_id, None).await.unwrap();
     assert_eq!(again.outcome, CancelOutcome::Closed);
@@ -156,7 +97,7 @@ async fn a_cancel_closes_an_unpaid_order_at_once_and_a_repeat_changes_nothing() 
 
 #[tokio::test]
 async fn another_buyers_order_is_not_found_and_nothing_is_written() {
-    let w = World::new().await;
+    let w = world().await;
     let o = w.order().await;
     let before = w.now_order(&o).await;
     let stranger = UserId::parse("u2").unwrap();
@@ -169,7 +110,7 @@ async fn another_buyers_order_is_not_found_and_nothing_is_written() {
 
 #[tokio::test]
 async fn a_paid_order_answers_order_paid_and_a_payment_found_by_the_cancel_wins() {
-    let w = World::new().await;
+    let w = world().await;
     // Paid before the cancel.
     let (o, a) = w.with_attempt(&w.order().await).await;
     let ev =
@@ -191,12 +132,12 @@ async fn a_paid_order_answers_order_paid_and_a_payment_found_by_the_cancel_wins(
     assert_eq!(after.order.status, OrderStatus::Paid);
     assert_eq!(after.order.paid_by, Some(a.payment_id.clone()));
     assert!(after.reservations.iter().all(|r| r.status == ReservationStatus::Reserved), "nothing released");
-    assert_eq!(w.available().await, 4, "both paid orders' stock still held, none returned");
+    assert_eq!(w.available("A").await, 4, "both paid orders' stock still held, none returned");
 }
 
 #[tokio::test]
 async fn an_unknown_payment_state_holds_a_cancelled_order_and_releases_nothing() {
-    let w = World::new().await;
+    let w = world().await;
     let (o, a) = w.with_attempt(&w.order().await).await;
     w.channel.answer(&a.payment_id, None); // the channel times out
     w.clock.set(T0 + 2_000);
@@ -204,7 +145,7 @@ async fn an_unknown_payment_state_holds_a_cancelled_order_and_releases_nothing()
     assert_eq!(c.outcome, CancelOutcome::Closing);
     assert_eq!(c.record.order.status, OrderStatus::Closing);
     assert!(c.record.reservations.iter().all(|r| r.status == ReservationStatus::Reserved), "nothing released");
-    assert_eq!(w.available().await, 7);
+    assert_eq!(w.available("A").await, 7);
     // A repeated cancel while held answers the same and decides nothing.
     let again = cancel_order(&w.closer(), &o.user_id, &o.order_id, None).await.unwrap();
     assert_eq!(again.outcome, CancelOutcome::Closing);
@@ -223,7 +164,7 @@ async fn an_unknown_payment_state_holds_a_cancelled_order_and_releases_nothing()
 
 #[tokio::test]
 async fn a_closing_order_whose_window_ended_answers_order_closing() {
-    let w = World::new().await;
+    let w = world().await;
     let (o, a) = w.with_attempt(&w.order().await).await;
     w.channel.answer(&a.payment_id, None);
     w.clock.set(T0 + WINDOW_MS + 1);
@@ -237,7 +178,7 @@ async fn a_closing_order_whose_window_ended_answers_order_closing() {
 
 #[tokio::test]
 async fn a_cancel_after_the_window_ended_closes_the_order_as_expired() {
-    let w = World::new().await;
+    let w = world().await;
     let o = w.order().await;
     w.clock.set(T0 + WINDOW_MS + 500);
     let c = cancel_order(&w.closer(), &o.user_id, &o.order_id, None).await.unwrap();

@@ -11,7 +11,7 @@ use order_core::domain::*;
 use order_core::error::ApiError;
 use order_core::ports::*;
 use order_core::store::*;
-use order_core::usecases::close_order::{CloseOrder, CloseOutcome};
+use order_core::usecases::close_order::CloseOutcome;
 use order_core::usecases::create_order::CreateOrder;
 use order_core::usecases::points::{credit_points, CreditRequest};
 use order_core::usecases::queries::{put_stock, StockRequest};
@@ -19,7 +19,7 @@ use order_core::usecases::release_order::{release_order, settle_order};
 use serde_json::{json, Value};
 use std::time::Duration;
 use system_tests::fakes::*;
-use system_tests::fixtures::eur;
+use system_tests::fixtures::{self, eur};
 use system_tests::CreateAsNamed;
 use system_tests::{dynamodb_local, fresh_table};
 
@@ -43,12 +43,8 @@ impl World {
 
     fn creator(&self, cap: Option<u32>) -> CreateOrder<DynamoStore> {
         CreateOrder {
-            store: self.store.clone(),
-            clock: Box::new(self.clock.clone()),
-            ids: Box::new(RandomIds),
-            window: Duration::from_millis(WINDOW_MS as u64),
-            expiry_rule_version: "t".into(),
             open_order_cap: cap,
+            ..fixtures::creator(&self.store, &self.clock, Duration::from_millis(WINDOW_MS as u64), "t")
         }
     }
 
@@ -97,15 +93,8 @@ impl World {
     async fn close_and_release(&self, o: &Order) {
         let at = self.clock.now();
         self.clock.set(o.expire_at.unix_millis());
-        let closer = CloseOrder {
-            store: self.store.clone(),
-            channel: ScriptedChannel::default(),
-            reminders: RecordedReminders::default(),
-            clock: Box::new(self.clock.clone()),
-            lease: Duration::from_secs(30),
-            not_found_grace: Duration::from_secs(10),
-            budget: order_core::usecases::close_order::DEFAULT_CLOSE_BUDGET,
-        };
+        let closer =
+            fixtures::closer(&self.store, ScriptedChannel::default(), RecordedReminders::default(), &self.clock);
         assert_eq!(closer.close(&o.order_id, "t").await.unwrap(), CloseOutcome::Closed);
         release_order(&self.store, &self.clock, &o.order_id).await.unwrap();
         self.clock.set(at.unix_millis());

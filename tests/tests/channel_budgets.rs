@@ -18,110 +18,59 @@ use order_core::http::error_response;
 use order_core::ports::*;
 use order_core::store::*;
 use order_core::usecases::close_order::CloseOrder;
-use order_core::usecases::create_order::CreateOrder;
 use order_core::usecases::payments::StartPayment;
 use serde_json::{json, Value};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use system_tests::fakes::{FixedClock, RecordedReminders, RecordedWakeUps};
-use system_tests::fixtures::{eur, processing_attempt};
-use system_tests::CreateAsNamed;
-use system_tests::{dynamodb_local, fresh_table};
-
-const T0: i64 = 1_800_000_000_000;
+use system_tests::fakes::{FixedChannel, RecordedReminders, RecordedWakeUps};
+use system_tests::fixtures::{self, one_line, sqs_batch, T0};
 const SANDBOX: &[u8] = br#"{"channel":"sandbox"}"#;
 /// What the tests allow a cut-off call beyond its deadline (the store's
 /// writes after it, a loaded machine).
 const SLACK: Duration = Duration::from_secs(8);
 
-/// A channel in a brownout: every question takes a minute; opening too
-/// while `slow_open` is set.
-#[derive(Clone, Default)]
-struct Brownout {
-    slow_open: Arc<AtomicBool>,
-}
-#[async_trait::async_trait]
-impl PaymentChannel for Brownout {
-    async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<OpenedPayment, Unavailable> {
-        if self.slow_open.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_secs(60)).await;
-        }
-        Ok(OpenedPayment::default())
-    }
-    async fn query(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
-        tokio::time::sleep(Duration::from_secs(60)).await;
-        Ok(ChannelPayment::NotFound)
-    }
-    async fn cancel(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
-        tokio::time::sleep(Duration::from_secs(60)).await;
-        Ok(ChannelPayment::Failed)
-    }
-    async fn refund(&self, _: &PaymentAttempt, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
-        Ok(RefundResult::Failed("not here".into()))
-    }
+/// A channel in a brownout: every question takes a minute ("not found",
+/// "failed" to a close); opening too while `slow_open` is set.
+fn brownout() -> FixedChannel {
+    FixedChannel::answering(ChannelPayment::NotFound, ChannelPayment::Failed)
+        .refusing_refunds("not here")
+        .taking(Duration::from_secs(60))
 }
 
-struct World {
-    store: DynamoStore,
-    clock: FixedClock,
-    channel: Brownout,
-}
+system_tests::world_of!(World, FixedChannel);
 
 impl World {
     async fn new() -> Self {
-        let store = fresh_table(&dynamodb_local().await).await;
-        system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 100, &eur(100)).await.unwrap();
-        Self { store, clock: FixedClock::at(T0), channel: Brownout::default() }
+        Self(fixtures::World::with_channel(brownout(), &["A"], 100).await)
     }
 
     /// A fresh order of u1 (60 s window), with one PROCESSING attempt made
     /// at T0 when `with_attempt`.
     async fn order(&self, with_attempt: bool) -> (Order, Option<PaymentAttempt>) {
-        let create = CreateOrder {
-            store: self.store.clone(),
-            clock: Box::new(self.clock.clone()),
-            ids: Box::new(RandomIds),
-            window: Duration::from_secs(60),
-            expiry_rule_version: "t".into(),
-            open_order_cap: None,
-        };
-        let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
-        let key = format!("k{}", rand::random::<u64>());
-        let order = create.execute_as_named(Some(&key), body.to_string().as_bytes()).await.unwrap().order;
+        let order = self.create(Duration::from_secs(60), &one_line("u1", "A", 1, 100)).await;
         let attempt = if with_attempt { Some(self.attempt(&order).await) } else { None };
         (order, attempt)
     }
 
     async fn attempt(&self, order: &Order) -> PaymentAttempt {
-        let order = self.store.order(&order.order_id).await.unwrap().unwrap();
-        let a = processing_attempt(&order, Timestamp::from_unix_millis(T0));
-        assert_eq!(self.store.record_attempt(&order, &a).await.unwrap(), AttemptResult::Recorded);
-        a
+        let order = self.now_order(order).await;
+        fixtures::record_attempt(&self.store, &order, Timestamp::from_unix_millis(T0)).await
     }
 
-    fn payment_entry(&self, until: Instant) -> StartPayment<'_, DynamoStore, Brownout> {
-        StartPayment {
-            store: &self.store,
-            channel: Some(&self.channel),
-            clock: &self.clock,
-            ids: &RandomIds,
-            merchant_id: "m1",
-            not_found_grace: Duration::from_secs(30),
-            until: Some(until),
-        }
+    fn payment_entry(&self, until: Instant) -> StartPayment<'_, DynamoStore, FixedChannel> {
+        let uc = fixtures::payment_entry(&self.store, &self.channel, &self.clock, "m1", Duration::from_secs(30));
+        StartPayment { until: Some(until), ..uc }
     }
 
-    fn closer(&self) -> CloseOrder<DynamoStore, Brownout, RecordedReminders> {
+    fn closer(&self) -> CloseOrder<DynamoStore, FixedChannel, RecordedReminders> {
         CloseOrder {
-            store: self.store.clone(),
-            channel: self.channel.clone(),
-            reminders: RecordedReminders::default(),
-            clock: Box::new(self.clock.clone()),
             lease: Duration::from_secs(60),
             not_found_grace: Duration::from_secs(30),
             // The order API's own budget (functions/bootstrap/src/order_api.rs).
             budget: Duration::from_secs(5),
+            // Reminders of its own: a test counts what this closer put back.
+            reminders: RecordedReminders::default(),
+            ..self.0.closer()
         }
     }
 
@@ -226,20 +175,6 @@ async fn an_operator_check_with_a_slow_channel_answers_inside_the_invocation_and
     assert_eq!(closer.reminders.0.lock().unwrap().len(), 1, "asked again later");
 }
 
-fn settle_batch(orders: &[&Order]) -> SqsEvent {
-    let mut event = SqsEvent::default();
-    event.records = orders
-        .iter()
-        .map(|o| {
-            let mut m = SqsMessage::default();
-            m.message_id = Some(format!("m-{}", o.order_id));
-            m.body = Some(json!({"order_id": o.order_id, "trigger": "OrderPaid"}).to_string());
-            m
-        })
-        .collect();
-    event
-}
-
 #[tokio::test]
 async fn a_settle_batch_hands_back_the_order_whose_other_payment_could_not_be_closed_in_time() {
     let w = World::new().await;
@@ -266,13 +201,17 @@ async fn a_settle_batch_hands_back_the_order_whose_other_payment_could_not_be_cl
     let started = Instant::now();
     let response = bounded(
         "settle batch",
-        each_sqs_message_within(settle_batch(&[&slow, &plain]), started + Duration::from_secs(8), |m, until| {
-            let (w, wakeups) = (&w, &wakeups);
-            async move {
-                let body = m.body.as_deref().unwrap_or("");
-                settle_message_until(&w.store, wakeups, &w.channel, &w.clock, body, Some(until)).await
-            }
-        }),
+        each_sqs_message_within(
+            sqs_batch(&[&slow, &plain], "OrderPaid"),
+            started + Duration::from_secs(8),
+            |m, until| {
+                let (w, wakeups) = (&w, &wakeups);
+                async move {
+                    let body = m.body.as_deref().unwrap_or("");
+                    settle_message_until(&w.store, wakeups, &w.channel, &w.clock, body, Some(until)).await
+                }
+            },
+        ),
     )
     .await;
     let took = started.elapsed();

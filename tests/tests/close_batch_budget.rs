@@ -4,106 +4,42 @@
 //! in that round, and messages with no time left are handed back unstarted
 //! instead of dying with the invocation. DynamoDB Local, the channel faked.
 
-use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use order_core::aws::dynamo::DynamoStore;
 use order_core::domain::*;
 use order_core::handlers::batch::each_sqs_message_within;
 use order_core::handlers::close::close_message_until;
 use order_core::ports::*;
-use order_core::store::*;
-use order_core::usecases::close_order::{CloseOrder, DEFAULT_CLOSE_BUDGET};
-use order_core::usecases::create_order::CreateOrder;
-use serde_json::json;
+use order_core::usecases::close_order::CloseOrder;
 use std::time::{Duration, Instant};
-use system_tests::fakes::{FixedClock, RecordedReminders};
-use system_tests::fixtures::{eur, processing_attempt};
-use system_tests::CreateAsNamed;
-use system_tests::{dynamodb_local, fresh_table};
+use system_tests::fakes::{FixedChannel, RecordedReminders};
+use system_tests::fixtures::{self, one_line, sqs_batch, T0};
 
-const T0: i64 = 1_800_000_000_000;
-
-/// A channel in a brownout: every question takes a minute.
-#[derive(Clone)]
-struct Brownout;
-#[async_trait::async_trait]
-impl PaymentChannel for Brownout {
-    async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<OpenedPayment, Unavailable> {
-        Ok(OpenedPayment::default())
-    }
-    async fn query(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
-        tokio::time::sleep(Duration::from_secs(60)).await;
-        Ok(ChannelPayment::Pending)
-    }
-    async fn cancel(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
-        tokio::time::sleep(Duration::from_secs(60)).await;
-        Ok(ChannelPayment::Failed)
-    }
-    async fn refund(&self, _: &PaymentAttempt, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
-        Ok(RefundResult::Failed("not here".into()))
-    }
+/// A channel in a brownout: every question takes a minute ("pending",
+/// "failed" to a close).
+fn brownout() -> FixedChannel {
+    FixedChannel::answering(ChannelPayment::Pending, ChannelPayment::Failed)
+        .refusing_refunds("not here")
+        .taking(Duration::from_secs(60))
 }
 
-struct World {
-    store: DynamoStore,
-    clock: FixedClock,
-    reminders: RecordedReminders,
-}
+system_tests::world_of!(World, FixedChannel);
 
 impl World {
     async fn new() -> Self {
-        let store = fresh_table(&dynamodb_local().await).await;
-        system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 100, &eur(100)).await.unwrap();
-        Self { store, clock: FixedClock::at(T0), reminders: RecordedReminders::default() }
+        Self(fixtures::World::with_channel(brownout(), &["A"], 100).await)
     }
 
     async fn order(&self, with_attempt: bool) -> Order {
-        let create = CreateOrder {
-            store: self.store.clone(),
-            clock: Box::new(self.clock.clone()),
-            ids: Box::new(RandomIds),
-            window: Duration::from_secs(60),
-            expiry_rule_version: "t".into(),
-            open_order_cap: None,
-        };
-        let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
-        let key = format!("k{}", rand::random::<u64>());
-        let order = create.execute_as_named(Some(&key), body.to_string().as_bytes()).await.unwrap().order;
+        let order = self.create(Duration::from_secs(60), &one_line("u1", "A", 1, 100)).await;
         if with_attempt {
-            let a = processing_attempt(&order, self.clock.now());
-            assert_eq!(self.store.record_attempt(&order, &a).await.unwrap(), AttemptResult::Recorded);
+            self.attempt(&order).await;
         }
         order
     }
 
-    fn closer(&self) -> CloseOrder<DynamoStore, Brownout, RecordedReminders> {
-        CloseOrder {
-            store: self.store.clone(),
-            channel: Brownout,
-            reminders: self.reminders.clone(),
-            clock: Box::new(self.clock.clone()),
-            lease: Duration::from_secs(60),
-            not_found_grace: Duration::from_secs(10),
-            budget: DEFAULT_CLOSE_BUDGET,
-        }
+    fn closer(&self) -> CloseOrder<DynamoStore, FixedChannel, RecordedReminders> {
+        CloseOrder { lease: Duration::from_secs(60), ..self.0.closer() }
     }
-
-    async fn status(&self, o: &Order) -> OrderStatus {
-        self.store.order(&o.order_id).await.unwrap().unwrap().status
-    }
-}
-
-fn batch(orders: &[&Order]) -> SqsEvent {
-    let mut event = SqsEvent::default();
-    event.records = orders
-        .iter()
-        .map(|o| {
-            let mut m = SqsMessage::default();
-            m.message_id = Some(format!("m-{}", o.order_id));
-            m.body = Some(json!({"order_id": o.order_id, "trigger": "schedule"}).to_string());
-            m
-        })
-        .collect();
-    event
 }
 
 #[tokio::test]
@@ -123,7 +59,7 @@ async fn three_slow_channel_orders_are_held_and_the_unpaid_ones_close_in_the_sam
     // message after another.
     let all: Vec<&Order> = slow.iter().chain(&unpaid).collect();
     let started = Instant::now();
-    let response = each_sqs_message_within(batch(&all), started + Duration::from_secs(12), |m, until| {
+    let response = each_sqs_message_within(sqs_batch(&all, "schedule"), started + Duration::from_secs(12), |m, until| {
         let closer = &closer;
         async move { close_message_until(closer, "invocation-1", m.body.as_deref().unwrap_or(""), Some(until)).await }
     })
@@ -152,11 +88,18 @@ async fn messages_with_no_time_left_are_handed_back_unstarted() {
     let closer = w.closer();
     let all: Vec<&Order> = orders.iter().collect();
     // Less than a message's least share left.
-    let response = each_sqs_message_within(batch(&all), Instant::now() + Duration::from_millis(800), |m, until| {
-        let closer = &closer;
-        async move { close_message_until(closer, "invocation-2", m.body.as_deref().unwrap_or(""), Some(until)).await }
-    })
-    .await;
+    let response =
+        each_sqs_message_within(
+            sqs_batch(&all, "schedule"),
+            Instant::now() + Duration::from_millis(800),
+            |m, until| {
+                let closer = &closer;
+                async move {
+                    close_message_until(closer, "invocation-2", m.body.as_deref().unwrap_or(""), Some(until)).await
+                }
+            },
+        )
+        .await;
     let failed: Vec<&str> = response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();
     assert_eq!(failed.len(), 3, "handed back to the queue: {failed:?}");
     for o in &orders {

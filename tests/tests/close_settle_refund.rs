@@ -6,85 +6,25 @@ use order_core::aws::dynamo::DynamoStore;
 use order_core::domain::*;
 use order_core::ports::*;
 use order_core::store::*;
-use order_core::usecases::close_order::{CloseOrder, CloseOutcome};
-use order_core::usecases::create_order::CreateOrder;
+use order_core::usecases::close_order::CloseOutcome;
 use order_core::usecases::refunds::{process_refund, RefundOutcome, MAX_REFUND_TRIES};
 use order_core::usecases::release_order::{release_order, settle_order};
-use serde_json::json;
 use std::time::Duration;
 use system_tests::fakes::*;
-use system_tests::fixtures::eur;
-use system_tests::CreateAsNamed;
-use system_tests::{dynamodb_local, fresh_table};
+use system_tests::fixtures::{self, one_line, T0};
 
-const T0: i64 = 1_800_000_000_000;
 const WINDOW_MS: i64 = 60_000;
 
-struct World {
-    store: DynamoStore,
-    clock: FixedClock,
-    channel: ScriptedChannel,
-    reminders: RecordedReminders,
-}
+type World = fixtures::World;
 
-impl World {
-    async fn new() -> Self {
-        let store = fresh_table(&dynamodb_local().await).await;
-        system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 10, &eur(100)).await.unwrap();
-        Self { store, clock: FixedClock::at(T0), channel: Default::default(), reminders: Default::default() }
-    }
-
-    fn closer(&self) -> CloseOrder<DynamoStore, ScriptedChannel, RecordedReminders> {
-        CloseOrder {
-            store: self.store.clone(),
-            channel: self.channel.clone(),
-            reminders: self.reminders.clone(),
-            clock: Box::new(self.clock.clone()),
-            lease: Duration::from_secs(30),
-            not_found_grace: Duration::from_secs(10),
-            budget: order_core::usecases::close_order::DEFAULT_CLOSE_BUDGET,
-        }
-    }
-
-    async fn order(&self, coupon: Option<&str>) -> Order {
-        let uc = CreateOrder {
-            store: self.store.clone(),
-            clock: Box::new(self.clock.clone()),
-            ids: Box::new(RandomIds),
-            window: Duration::from_millis(WINDOW_MS as u64),
-            expiry_rule_version: "t".into(),
-            open_order_cap: None,
-        };
-        let mut body =
-            json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 3, "unit_price": 100}]});
-        if let Some(c) = coupon {
-            body["coupon_id"] = json!(c);
-        }
-        uc.execute_as_named(Some(&format!("k{}", rand::random::<u64>())), body.to_string().as_bytes())
-            .await
-            .unwrap()
-            .order
-    }
-
-    async fn with_attempt(&self, order: &Order) -> (Order, PaymentAttempt) {
-        let a = system_tests::fixtures::processing_attempt(order, self.clock.now());
-        assert_eq!(self.store.record_attempt(order, &a).await.unwrap(), AttemptResult::Recorded);
-        (self.store.order(&order.order_id).await.unwrap().unwrap(), a)
-    }
-
-    async fn status(&self, o: &Order) -> OrderStatus {
-        self.store.order(&o.order_id).await.unwrap().unwrap().status
-    }
-
-    async fn available(&self) -> i64 {
-        self.store.stock(&Sku::parse("A").unwrap()).await.unwrap().unwrap().available
-    }
+async fn world() -> World {
+    World::new(&["A"], 10).await.ordering(Duration::from_millis(WINDOW_MS as u64), one_line("u1", "A", 3, 100))
 }
 
 #[tokio::test]
 async fn an_early_wake_up_is_put_back_for_the_remaining_time_and_closes_nothing() {
-    let w = World::new().await;
-    let o = w.order(None).await;
+    let w = world().await;
+    let o = w.order().await;
     w.clock.set(T0 + WINDOW_MS - 4_000);
     let out = w.closer().close(&o.order_id, "t").await.unwrap();
     assert_eq!(out, CloseOutcome::RemindedLater { after: Duration::from_secs(4), why: "not yet due" });
@@ -94,8 +34,8 @@ async fn an_early_wake_up_is_put_back_for_the_remaining_time_and_closes_nothing(
 
 #[tokio::test]
 async fn a_due_unpaid_order_closes_once_and_a_duplicate_wake_up_changes_nothing() {
-    let w = World::new().await;
-    let o = w.order(None).await;
+    let w = world().await;
+    let o = w.order().await;
     w.clock.set(T0 + WINDOW_MS);
     assert_eq!(w.closer().close(&o.order_id, "t").await.unwrap(), CloseOutcome::Closed);
     let closed = w.store.order(&o.order_id).await.unwrap().unwrap();
@@ -107,8 +47,8 @@ async fn a_due_unpaid_order_closes_once_and_a_duplicate_wake_up_changes_nothing(
 
 #[tokio::test]
 async fn two_closers_racing_close_once() {
-    let w = World::new().await;
-    let o = w.order(None).await;
+    let w = world().await;
+    let o = w.order().await;
     w.clock.set(T0 + WINDOW_MS);
     let (c1, c2) = (w.closer(), w.closer());
     let (a, b) = tokio::join!(c1.close(&o.order_id, "a"), c2.close(&o.order_id, "b"));
@@ -119,8 +59,8 @@ async fn two_closers_racing_close_once() {
 
 #[tokio::test]
 async fn closing_finds_the_channel_paid_and_converges_to_paid_releasing_nothing() {
-    let w = World::new().await;
-    let (o, a) = w.with_attempt(&w.order(None).await).await;
+    let w = world().await;
+    let (o, a) = w.with_attempt(&w.order().await).await;
     w.channel.answer(
         &a.payment_id,
         Some(ChannelPayment::Succeeded { channel_txn_id: "tx1".into(), amount: a.amount, currency: "EUR".into() }),
@@ -133,13 +73,13 @@ async fn closing_finds_the_channel_paid_and_converges_to_paid_releasing_nothing(
     assert!(rec.order.history.iter().any(|h| h.to == OrderStatus::Closing), "went through CLOSING");
     let report = release_order(&w.store, &w.clock, &o.order_id).await.unwrap();
     assert_eq!((report.moved, report.refused), (0, 1), "a PAID order is never released");
-    assert_eq!(w.available().await, 7);
+    assert_eq!(w.available("A").await, 7);
 }
 
 #[tokio::test]
 async fn an_unknown_payment_state_holds_the_order_in_closing_and_releases_nothing() {
-    let w = World::new().await;
-    let (o, a) = w.with_attempt(&w.order(None).await).await;
+    let w = world().await;
+    let (o, a) = w.with_attempt(&w.order().await).await;
     w.channel.answer(&a.payment_id, None); // the channel times out
     w.clock.set(T0 + WINDOW_MS + 1);
     let out = w.closer().close(&o.order_id, "t").await.unwrap();
@@ -149,7 +89,7 @@ async fn an_unknown_payment_state_holds_the_order_in_closing_and_releases_nothin
     assert_eq!(rec.payments[0].status, PaymentStatus::Unknown);
     assert!(!rec.payments[0].evidence.is_empty(), "the failed query is on record");
     assert_eq!(release_order(&w.store, &w.clock, &o.order_id).await.unwrap().moved, 0);
-    assert_eq!(w.available().await, 7);
+    assert_eq!(w.available("A").await, 7);
     // A payment for a CLOSING order is still accepted: the success wins.
     let closing = w.store.order(&o.order_id).await.unwrap().unwrap();
     let ev =
@@ -161,29 +101,29 @@ async fn an_unknown_payment_state_holds_the_order_in_closing_and_releases_nothin
 
 #[tokio::test]
 async fn a_confirmed_unpaid_order_closes_and_its_stock_and_coupon_return_once() {
-    let w = World::new().await;
+    let w = world().await;
     let valid = system_tests::fixtures::available_coupon("C1", "u1", Timestamp::from_unix_millis(T0 + 10 * WINDOW_MS));
     w.store.put_coupon(&valid).await.unwrap();
-    let (o, a) = w.with_attempt(&w.order(Some("C1")).await).await;
+    let (o, a) = w.with_attempt(&w.order_with_coupon(Some("C1")).await).await;
     w.channel.answer(&a.payment_id, Some(ChannelPayment::Failed));
     w.clock.set(T0 + WINDOW_MS);
     assert_eq!(w.closer().close(&o.order_id, "t").await.unwrap(), CloseOutcome::Closed);
-    assert_eq!(w.available().await, 7, "closing alone releases nothing; the stream does");
+    assert_eq!(w.available("A").await, 7, "closing alone releases nothing; the stream does");
     let r1 = release_order(&w.store, &w.clock, &o.order_id).await.unwrap();
     let r2 = release_order(&w.store, &w.clock, &o.order_id).await.unwrap();
     assert_eq!((r1.moved, r1.already), (2, 0), "reservation and coupon lock");
     assert_eq!((r2.moved, r2.already), (0, 2), "a duplicate record moves nothing");
-    assert_eq!(w.available().await, 10);
+    assert_eq!(w.available("A").await, 10);
     let c = w.store.coupon(&valid.coupon_id).await.unwrap().unwrap();
     assert_eq!(c.state, CouponState::Available);
 }
 
 #[tokio::test]
 async fn a_coupon_whose_validity_passed_is_released_as_expired() {
-    let w = World::new().await;
+    let w = world().await;
     let c = system_tests::fixtures::available_coupon("SHORT", "u1", Timestamp::from_unix_millis(T0 + 1000));
     w.store.put_coupon(&c).await.unwrap();
-    let o = w.order(Some("SHORT")).await;
+    let o = w.order_with_coupon(Some("SHORT")).await;
     w.clock.set(T0 + WINDOW_MS);
     w.closer().close(&o.order_id, "t").await.unwrap();
     release_order(&w.store, &w.clock, &o.order_id).await.unwrap();
@@ -194,8 +134,8 @@ async fn a_coupon_whose_validity_passed_is_released_as_expired() {
 
 #[tokio::test]
 async fn a_lease_that_expires_mid_close_is_resumed_from_closing() {
-    let w = World::new().await;
-    let (o, a) = w.with_attempt(&w.order(None).await).await;
+    let w = world().await;
+    let (o, a) = w.with_attempt(&w.order().await).await;
     // A closer claims CLOSING and dies before deciding.
     let due = o.expire_at;
     let lease = ClosingLease {
@@ -222,10 +162,10 @@ async fn a_lease_that_expires_mid_close_is_resumed_from_closing() {
 
 #[tokio::test]
 async fn settling_a_paid_order_confirms_stock_uses_the_coupon_and_cancels_the_wake_up() {
-    let w = World::new().await;
+    let w = world().await;
     let c = system_tests::fixtures::available_coupon("C2", "u1", Timestamp::from_unix_millis(T0 + 10 * WINDOW_MS));
     w.store.put_coupon(&c).await.unwrap();
-    let (o, a) = w.with_attempt(&w.order(Some("C2")).await).await;
+    let (o, a) = w.with_attempt(&w.order_with_coupon(Some("C2")).await).await;
     let ev = Evidence { at: w.clock.now(), source: "n".into(), status: PaymentStatus::Succeeded, detail: None };
     w.store.settle_success(&o, &a, "tx-settle", ev, None, "").await.unwrap();
     let wakeups = RecordedWakeUps::default();
@@ -239,27 +179,15 @@ async fn settling_a_paid_order_confirms_stock_uses_the_coupon_and_cancels_the_wa
     assert_eq!(wakeups.0.lock().unwrap().iter().filter(|e| e.starts_with("cancel")).count(), 2);
 }
 
-struct FailingRefunds;
-#[async_trait::async_trait]
-impl PaymentChannel for FailingRefunds {
-    async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<OpenedPayment, Unavailable> {
-        Ok(OpenedPayment::default())
-    }
-    async fn query(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
-        Ok(ChannelPayment::NotFound)
-    }
-    async fn cancel(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
-        Ok(ChannelPayment::NotFound)
-    }
-    async fn refund(&self, _: &PaymentAttempt, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
-        Ok(RefundResult::Failed("declined".into()))
-    }
+/// A channel that knows no payment and declines every refund.
+fn declining() -> FixedChannel {
+    FixedChannel::answering(ChannelPayment::NotFound, ChannelPayment::NotFound).refusing_refunds("declined")
 }
 
 #[tokio::test]
 async fn refunds_complete_once_and_give_up_after_bounded_tries() {
-    let w = World::new().await;
-    let (o, a) = w.with_attempt(&w.order(None).await).await;
+    let w = world().await;
+    let (o, a) = w.with_attempt(&w.order().await).await;
     // Close for real, then let a late success arrive.
     w.clock.set(T0 + WINDOW_MS);
     let lease = ClosingLease { started_at: o.expire_at, owner: "w".into(), lease_until: o.expire_at, resumes: 0 };
@@ -273,12 +201,13 @@ async fn refunds_complete_once_and_give_up_after_bounded_tries() {
         SettleResult::RefundPending
     );
 
+    let declining = declining();
     for i in 1..MAX_REFUND_TRIES {
-        let out = process_refund(&w.store, &FailingRefunds, &w.clock, &o.order_id, &a.payment_id).await.unwrap();
+        let out = process_refund(&w.store, &declining, &w.clock, &o.order_id, &a.payment_id).await.unwrap();
         assert!(matches!(out, RefundOutcome::RetryAfter(_)), "try {i}: {out:?}");
     }
     let RefundOutcome::GiveUp(refund) =
-        process_refund(&w.store, &FailingRefunds, &w.clock, &o.order_id, &a.payment_id).await.unwrap()
+        process_refund(&w.store, &declining, &w.clock, &o.order_id, &a.payment_id).await.unwrap()
     else {
         panic!("expected to give up after {MAX_REFUND_TRIES} tries");
     };
@@ -302,8 +231,8 @@ async fn refunds_complete_once_and_give_up_after_bounded_tries() {
 
 #[tokio::test]
 async fn a_duplicate_success_for_the_paying_payment_creates_no_refund() {
-    let w = World::new().await;
-    let (o, a) = w.with_attempt(&w.order(None).await).await;
+    let w = world().await;
+    let (o, a) = w.with_attempt(&w.order().await).await;
     let ev = Evidence { at: w.clock.now(), source: "n".into(), status: PaymentStatus::Succeeded, detail: None };
     w.store.settle_success(&o, &a, "tx-a", ev.clone(), None, "").await.unwrap();
     let paid = w.store.order(&o.order_id).await.unwrap().unwrap();
@@ -318,8 +247,8 @@ async fn a_duplicate_success_for_the_paying_payment_creates_no_refund() {
 
 #[tokio::test]
 async fn a_refund_goes_to_the_channel_once_under_its_idempotency_key() {
-    let w = World::new().await;
-    let (o, a) = w.with_attempt(&w.order(None).await).await;
+    let w = world().await;
+    let (o, a) = w.with_attempt(&w.order().await).await;
     let (o, b) = w.with_attempt(&o).await;
     let ev = Evidence { at: w.clock.now(), source: "n".into(), status: PaymentStatus::Succeeded, detail: None };
     w.store.settle_success(&o, &a, "tx-a", ev.clone(), None, "").await.unwrap();
@@ -339,8 +268,8 @@ async fn a_refund_goes_to_the_channel_once_under_its_idempotency_key() {
 
 #[tokio::test]
 async fn an_abandoned_payment_is_closed_at_the_channel_and_the_order_closes() {
-    let w = World::new().await;
-    let (o, a) = w.with_attempt(&w.order(None).await).await;
+    let w = world().await;
+    let (o, a) = w.with_attempt(&w.order().await).await;
     w.channel.answer(&a.payment_id, Some(ChannelPayment::Pending));
     w.clock.set(T0 + WINDOW_MS);
     assert_eq!(w.closer().close(&o.order_id, "t").await.unwrap(), CloseOutcome::Closed);
@@ -350,16 +279,16 @@ async fn an_abandoned_payment_is_closed_at_the_channel_and_the_order_closes() {
 
 #[tokio::test]
 async fn not_found_at_the_channel_counts_as_unpaid_only_after_the_grace_period() {
-    let w = World::new().await;
-    let (o, _a) = w.with_attempt(&w.order(None).await).await;
+    let w = world().await;
+    let (o, _a) = w.with_attempt(&w.order().await).await;
     // The attempt was made at T0 and the window is 60 s: at expiry the
     // attempt is older than the 10 s grace, so "not found" is believed.
     w.clock.set(T0 + WINDOW_MS);
     assert_eq!(w.closer().close(&o.order_id, "t").await.unwrap(), CloseOutcome::Closed);
 
     // An attempt made 5 s before expiry is too young to be believed.
-    let w2 = World::new().await;
-    let o2 = w2.order(None).await;
+    let w2 = world().await;
+    let o2 = w2.order().await;
     w2.clock.set(T0 + WINDOW_MS - 5_000);
     let (o2, _) = w2.with_attempt(&o2).await;
     w2.clock.set(o2.expire_at.unix_millis());
@@ -372,8 +301,8 @@ async fn not_found_at_the_channel_counts_as_unpaid_only_after_the_grace_period()
 
 #[tokio::test]
 async fn every_success_the_closer_finds_is_kept_one_pays_and_the_other_is_refunded() {
-    let w = World::new().await;
-    let o = w.order(None).await;
+    let w = world().await;
+    let o = w.order().await;
     let (o, a) = w.with_attempt(&o).await;
     let (o, b) = w.with_attempt(&o).await;
     for p in [&a, &b] {
@@ -437,20 +366,13 @@ impl PaymentChannel for RacingChannel {
 
 #[tokio::test]
 async fn a_success_confirmed_while_another_payment_wins_is_refunded_not_dropped() {
-    let w = World::new().await;
-    let o = w.order(None).await;
+    let w = world().await;
+    let o = w.order().await;
     let (o, slow) = w.with_attempt(&o).await;
     let (o, fast) = w.with_attempt(&o).await;
     w.clock.set(T0 + WINDOW_MS);
-    let closer = CloseOrder {
-        store: w.store.clone(),
-        channel: RacingChannel { store: w.store.clone(), slow: slow.clone(), fast: fast.clone() },
-        reminders: w.reminders.clone(),
-        clock: Box::new(w.clock.clone()),
-        lease: Duration::from_secs(30),
-        not_found_grace: Duration::from_secs(10),
-        budget: order_core::usecases::close_order::DEFAULT_CLOSE_BUDGET,
-    };
+    let racing = RacingChannel { store: w.store.clone(), slow: slow.clone(), fast: fast.clone() };
+    let closer = fixtures::closer(&w.store, racing, w.reminders.clone(), &w.clock);
     assert_eq!(closer.close(&o.order_id, "t").await.unwrap(), CloseOutcome::AlreadyFinal(OrderStatus::Paid));
     let rec = w.store.order_record(&o.order_id).await.unwrap().unwrap();
     assert_eq!(rec.order.paid_by.as_ref(), Some(&fast.payment_id));
@@ -460,8 +382,8 @@ async fn a_success_confirmed_while_another_payment_wins_is_refunded_not_dropped(
 
 #[tokio::test]
 async fn once_paid_the_orders_other_payments_are_closed_at_the_channel_or_refunded() {
-    let w = World::new().await;
-    let o = w.order(None).await;
+    let w = world().await;
+    let o = w.order().await;
     let (o, paying) = w.with_attempt(&o).await;
     let (o, abandoned) = w.with_attempt(&o).await;
     let (o, also_paid) = w.with_attempt(&o).await;

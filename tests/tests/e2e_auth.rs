@@ -1,8 +1,11 @@
 //! The production profile's edges, end to end on the deployed local stack
 //! (dev stage): buyers are authenticated by the API's JWT authorizer and act
-//! only as themselves, oversized bodies are refused before any work, the
-//! sandbox's settle route takes signed callers only, and each payment
-//! channel's notifications are checked with that channel's own secret.
+//! only as themselves (their own orders and coupons, whatever a body names),
+//! oversized bodies are refused before any work, the sandbox's settle route
+//! takes signed callers only, each payment channel's notifications are
+//! checked with that channel's own secret, a price the buyer saw that is
+//! not the catalog's is a 409, and a catalog price change leaves existing
+//! orders and their payment amount alone.
 
 use order_core::signature;
 use serde_json::json;

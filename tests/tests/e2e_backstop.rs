@@ -16,12 +16,14 @@ use system_tests::*;
 /// The sweep's period on the local stack (the template's minimum, 1 minute).
 const SWEEP_PERIOD: Duration = Duration::from_secs(60);
 
+/// The deployed sweep's grace (`SWEEP_GRACE_SECONDS`).
 fn sweep_grace() -> Duration {
-    Duration::from_secs(stack_env("SWEEP_GRACE_SECONDS").parse().unwrap_or(5))
+    Duration::from_secs(deployed_number("SWEEP_GRACE_SECONDS"))
 }
 
+/// The deployed closer's lease (`CLOSING_LEASE_SECONDS`).
 fn lease() -> Duration {
-    Duration::from_secs(stack_env("CLOSING_LEASE_SECONDS").parse().unwrap_or(35))
+    Duration::from_secs(deployed_number("CLOSING_LEASE_SECONDS"))
 }
 
 async fn seeded(api: &Api, prefix: &str, available: i64) -> String {

@@ -11,12 +11,9 @@ use system_tests::*;
 /// The deployed stack's open-order cap (`infra/local.sh`'s
 /// `MAX_OPEN_ORDERS_PER_BUYER`, written to `.local/stack.env`).
 fn open_order_cap() -> usize {
-    std::env::var("MAX_OPEN_ORDERS_PER_BUYER")
-        .ok()
-        .or_else(|| Some(stack_env("MAX_OPEN_ORDERS_PER_BUYER")))
-        .and_then(|v| v.parse().ok())
-        .filter(|n| *n > 0)
-        .expect("the local stack deploys with an open-order cap (MAX_OPEN_ORDERS_PER_BUYER)")
+    let cap: usize = deployed_number("MAX_OPEN_ORDERS_PER_BUYER");
+    assert!(cap > 0, "the local stack must be deployed with an open-order cap (MAX_OPEN_ORDERS_PER_BUYER > 0)");
+    cap
 }
 
 async fn credit(api: &Api, buyer: &str, points: i64) -> Reply {

@@ -134,7 +134,7 @@ async fn seeded(api: &Api, prefix: &str) -> String {
 
 /// The stack's heads-up lead (`ExpiringSoonLeadSeconds`).
 fn lead_seconds() -> u64 {
-    stack_env("EXPIRING_SOON_LEAD_SECONDS").parse().expect("EXPIRING_SOON_LEAD_SECONDS in .local/stack.env")
+    deployed_number("EXPIRING_SOON_LEAD_SECONDS")
 }
 
 /// Two orders of `user` for `sku` made under a published rule giving it a

@@ -8,7 +8,11 @@ use serde_json::{json, Value};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use system_tests::*;
 
-const MERCHANT: &str = "merchant-local";
+/// The merchant the local stack was deployed with (`MERCHANT_ID`): a
+/// notification for another is refused.
+fn merchant() -> String {
+    deployed_setting("MERCHANT_ID")
+}
 
 struct Paying {
     api: Api,
@@ -61,8 +65,12 @@ impl Paying {
     }
 
     async fn notify(&self, notify_id: &str) -> Reply {
-        self.notify_signed(&self.notification(notify_id, self.amount, MERCHANT, "EUR"), &webhook_secret(), now_secs())
-            .await
+        self.notify_signed(
+            &self.notification(notify_id, self.amount, &merchant(), "EUR"),
+            &webhook_secret(),
+            now_secs(),
+        )
+        .await
     }
 
     async fn admin(&self) -> Value {
@@ -278,19 +286,19 @@ async fn a_closing_lease_left_by_a_crashed_closer_is_resumed_never_reopened() {
 #[tokio::test]
 async fn forged_signatures_wrong_amounts_and_wrong_merchants_are_rejected_and_change_nothing() {
     let p = order_with_payment("forged", None, "target").await;
-    let good = p.notification("n-good", p.amount, MERCHANT, "EUR");
+    let good = p.notification("n-good", p.amount, &merchant(), "EUR");
     let t = now_secs();
     let cases = [
         (p.notify_signed(&good, "not-the-secret", t).await, 401, "bad_signature"),
         (p.notify_signed(&good, &webhook_secret(), t - 600).await, 401, "bad_signature"),
         (p.api.send("POST", "/payments/sandbox/notify", &[], Some(&good), false).await, 401, "bad_signature"),
         (
-            p.notify_signed(&p.notification("n-amt", p.amount - 1, MERCHANT, "EUR"), &webhook_secret(), t).await,
+            p.notify_signed(&p.notification("n-amt", p.amount - 1, &merchant(), "EUR"), &webhook_secret(), t).await,
             422,
             "mismatch",
         ),
         (
-            p.notify_signed(&p.notification("n-cur", p.amount, MERCHANT, "USD"), &webhook_secret(), t).await,
+            p.notify_signed(&p.notification("n-cur", p.amount, &merchant(), "USD"), &webhook_secret(), t).await,
             422,
             "mismatch",
         ),

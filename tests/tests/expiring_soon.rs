@@ -6,32 +6,21 @@
 //! that never get one (a short window, final, closing, cancel asked, past
 //! `expire_at`).
 
-use order_core::aws::dynamo::DynamoStore;
 use order_core::domain::*;
 use order_core::ports::*;
 use order_core::store::*;
-use order_core::usecases::create_order::CreateOrder;
 use order_core::usecases::expiring_soon::{notice_expiring_soon, NoticeConfig, NoticeReport};
-use serde_json::json;
 use std::time::Duration;
 use system_tests::fakes::*;
-use system_tests::fixtures::eur;
-use system_tests::CreateAsNamed;
-use system_tests::{dynamodb_local, fresh_table};
+use system_tests::fixtures::{self, one_line, T0};
 
-const T0: i64 = 1_800_000_000_000;
 const LEAD: Duration = Duration::from_secs(60);
 
-struct World {
-    store: DynamoStore,
-    clock: FixedClock,
-}
+system_tests::world_of!(World);
 
 impl World {
     async fn new() -> Self {
-        let store = fresh_table(&dynamodb_local().await).await;
-        system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 100, &eur(100)).await.unwrap();
-        Self { store, clock: FixedClock::at(T0) }
+        Self(fixtures::World::new(&["A"], 100).await)
     }
 
     fn at(&self, seconds_after_t0: i64) {
@@ -40,28 +29,12 @@ impl World {
 
     /// An order created now with a window of `window_s` seconds.
     async fn order(&self, window_s: u64) -> Order {
-        let uc = CreateOrder {
-            store: self.store.clone(),
-            clock: Box::new(self.clock.clone()),
-            ids: Box::new(RandomIds),
-            window: Duration::from_secs(window_s),
-            expiry_rule_version: "t".into(),
-            open_order_cap: None,
-        };
-        let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
-        uc.execute_as_named(Some(&format!("k{}", rand::random::<u64>())), body.to_string().as_bytes())
-            .await
-            .unwrap()
-            .order
+        self.create(Duration::from_secs(window_s), &one_line("u1", "A", 1, 100)).await
     }
 
     async fn pass(&self) -> NoticeReport {
         let cfg = NoticeConfig { lead: LEAD, ..NoticeConfig::default() };
         notice_expiring_soon(&self.store, &self.clock, &cfg).await
-    }
-
-    async fn now_order(&self, o: &Order) -> Order {
-        self.store.order(&o.order_id).await.unwrap().unwrap()
     }
 }
 

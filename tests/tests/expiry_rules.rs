@@ -5,35 +5,22 @@
 //! rules: the stack's window; a publication over a version no longer in
 //! force, or with a bad rule, is refused and publishes nothing.
 
-use order_core::aws::dynamo::DynamoStore;
 use order_core::domain::*;
 use order_core::error::ApiError;
 use order_core::ports::*;
 use order_core::store::*;
-use order_core::usecases::create_order::CreateOrder;
 use order_core::usecases::queries::{put_stock, StockRequest};
 use serde_json::{json, Value};
 use std::time::Duration;
-use system_tests::fakes::FixedClock;
-use system_tests::fixtures::eur;
-use system_tests::CreateAsNamed;
-use system_tests::{dynamodb_local, fresh_table};
+use system_tests::fixtures::{self, fresh_key};
 
-const T0: i64 = 1_800_000_000_000;
 const STACK_WINDOW: Duration = Duration::from_secs(1800);
 
-struct World {
-    store: DynamoStore,
-    clock: FixedClock,
-}
+system_tests::world_of!(World);
 
 impl World {
     async fn new() -> Self {
-        let store = fresh_table(&dynamodb_local().await).await;
-        for sku in ["A", "B", "C"] {
-            system_tests::fixtures::seed_stock(&store, &Sku::parse(sku).unwrap(), 100, &eur(100)).await.unwrap();
-        }
-        Self { store, clock: FixedClock::at(T0) }
+        Self(fixtures::World::new(&["A", "B", "C"], 100).await)
     }
 
     async fn publish(&self, body: Value) -> Result<Value, ApiError> {
@@ -47,18 +34,9 @@ impl World {
     }
 
     async fn order(&self, skus: &[&str]) -> Order {
-        let uc = CreateOrder {
-            store: self.store.clone(),
-            clock: Box::new(self.clock.clone()),
-            ids: Box::new(RandomIds),
-            window: STACK_WINDOW,
-            expiry_rule_version: "window-1800s".into(),
-            open_order_cap: None,
-        };
         let items: Vec<Value> = skus.iter().map(|s| json!({"sku": s, "qty": 1})).collect();
         let body = json!({"user_id": "u1", "currency": "EUR", "items": items});
-        let key = format!("k{}", rand::random::<u64>());
-        uc.execute_as_named(Some(&key), body.to_string().as_bytes()).await.unwrap().order
+        fixtures::create(&self.creator(STACK_WINDOW, "window-1800s"), &fresh_key(), &body).await
     }
 
     async fn classify(&self, sku: &str, change: StockChange) {

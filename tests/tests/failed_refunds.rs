@@ -7,74 +7,23 @@ use order_core::aws::dynamo::{keys, n, s, DynamoStore};
 use order_core::domain::*;
 use order_core::ports::*;
 use order_core::store::*;
-use order_core::usecases::create_order::CreateOrder;
 use order_core::usecases::reconcile::{reconcile, Bounds};
 use order_core::usecases::refunds::{process_refund, RefundOutcome};
-use serde_json::json;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
-use system_tests::fakes::FixedClock;
-use system_tests::fixtures::{eur, processing_attempt};
-use system_tests::CreateAsNamed;
+use std::sync::atomic::Ordering;
+use system_tests::fakes::{FixedChannel, FixedClock};
+use system_tests::fixtures::{open_order, paid_twice, T0};
 use system_tests::{dynamodb_local, fresh_table};
 
-const T0: i64 = 1_800_000_000_000;
-
-fn sku(v: &str) -> Sku {
-    Sku::parse(v).unwrap()
-}
-
 /// A channel whose refunds go through, counting them.
-#[derive(Default, Clone)]
-struct Accepting {
-    refunds: Arc<AtomicUsize>,
-}
-#[async_trait::async_trait]
-impl PaymentChannel for Accepting {
-    async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<OpenedPayment, Unavailable> {
-        Ok(OpenedPayment::default())
-    }
-    async fn query(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
-        Ok(ChannelPayment::Pending)
-    }
-    async fn cancel(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
-        Ok(ChannelPayment::Failed)
-    }
-    async fn refund(&self, _: &PaymentAttempt, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
-        let n = self.refunds.fetch_add(1, Ordering::SeqCst);
-        Ok(RefundResult::Refunded { channel_refund_id: format!("re_auto_{n}") })
-    }
+fn accepting() -> FixedChannel {
+    FixedChannel::answering(ChannelPayment::Pending, ChannelPayment::Failed)
 }
 
 /// A paid order with a second, late success: one REFUND_PENDING refund.
 async fn pending_refund(store: &DynamoStore, clock: &FixedClock) -> Refund {
-    system_tests::fixtures::seed_stock(store, &sku("A"), 10, &eur(100)).await.unwrap();
-    let create = CreateOrder {
-        store: store.clone(),
-        clock: Box::new(clock.clone()),
-        ids: Box::new(RandomIds),
-        window: Duration::from_secs(60),
-        expiry_rule_version: "t".into(),
-        open_order_cap: None,
-    };
-    let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
-    let order = create.execute_as_named(Some("k1"), body.to_string().as_bytes()).await.unwrap().order;
-    let mut attempts = Vec::new();
-    for _ in 0..2 {
-        let order = store.order(&order.order_id).await.unwrap().unwrap();
-        let a = processing_attempt(&order, clock.now());
-        assert_eq!(store.record_attempt(&order, &a).await.unwrap(), AttemptResult::Recorded);
-        attempts.push(a);
-    }
-    let ev = Evidence { at: clock.now(), source: "test".into(), status: PaymentStatus::Succeeded, detail: None };
-    let open = store.order(&order.order_id).await.unwrap().unwrap();
-    store.settle_success(&open, &attempts[0], "tx-a", ev.clone(), None, "").await.unwrap();
-    let paid = store.order(&order.order_id).await.unwrap().unwrap();
-    assert_eq!(
-        store.settle_success(&paid, &attempts[1], "tx-b", ev, None, "n").await.unwrap(),
-        SettleResult::RefundPending
-    );
+    let order = open_order(store, clock).await;
+    let (attempts, _, second) = paid_twice(store, clock, &order).await;
+    assert_eq!(second, SettleResult::RefundPending);
     store.refund(&order.order_id, &attempts[1].payment_id).await.unwrap().unwrap()
 }
 
@@ -102,7 +51,7 @@ async fn a_resolved_failed_refund_that_comes_back_from_the_dlq_is_not_refunded_a
         Cas::Applied
     );
     // The dead letter of A, redriven with B's.
-    let channel = Accepting::default();
+    let channel = accepting();
     let out = process_refund(&store, &channel, &clock, &pending.order_id, &pending.payment_id).await.unwrap();
     assert_eq!(
         channel.refunds.load(Ordering::SeqCst),
@@ -139,7 +88,7 @@ async fn a_refund_given_up_before_the_failed_refunds_partition_can_still_be_reso
         store.resolve_failed_refund(&failed, "ops", "refunded by hand", clock.now()).await.unwrap(),
         Cas::Applied
     );
-    let channel = Accepting::default();
+    let channel = accepting();
     process_refund(&store, &channel, &clock, &pending.order_id, &pending.payment_id).await.unwrap();
     assert_eq!(channel.refunds.load(Ordering::SeqCst), 0);
 }

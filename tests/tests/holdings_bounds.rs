@@ -10,7 +10,7 @@ use order_core::domain::*;
 use order_core::error::ApiError;
 use order_core::ports::*;
 use order_core::store::*;
-use order_core::usecases::close_order::{CloseOrder, CloseOutcome};
+use order_core::usecases::close_order::CloseOutcome;
 use order_core::usecases::create_order::CreateOrder;
 use order_core::usecases::points::{credit_points, CreditRequest};
 use order_core::usecases::queries::{put_stock, StockRequest};
@@ -19,7 +19,7 @@ use order_core::usecases::release_order::release_order;
 use serde_json::{json, Value};
 use std::time::Duration;
 use system_tests::fakes::*;
-use system_tests::fixtures::eur;
+use system_tests::fixtures::{self, eur, ChangedAfterRead};
 use system_tests::CreateAsNamed;
 use system_tests::{dynamodb_local, fresh_table};
 
@@ -94,15 +94,7 @@ fn body(sku: &str, qty: u32, points: Option<u32>) -> Value {
 async fn close_and_release(store: &DynamoStore, clock: &FixedClock, o: &Order) {
     let at = clock.now();
     clock.set(o.expire_at.unix_millis());
-    let closer = CloseOrder {
-        store: store.clone(),
-        channel: ScriptedChannel::default(),
-        reminders: RecordedReminders::default(),
-        clock: Box::new(clock.clone()),
-        lease: Duration::from_secs(30),
-        not_found_grace: Duration::from_secs(10),
-        budget: order_core::usecases::close_order::DEFAULT_CLOSE_BUDGET,
-    };
+    let closer = fixtures::closer(store, ScriptedChannel::default(), RecordedReminders::default(), clock);
     assert_eq!(closer.close(&o.order_id, "t").await.unwrap(), CloseOutcome::Closed);
     release_order(store, clock, &o.order_id).await.unwrap();
     clock.set(at.unix_millis());
@@ -126,103 +118,6 @@ async fn a_free_order_without_points_is_created() {
     );
 }
 
-/// A store whose SKU's purchase limit is changed by an operator right
-/// after the create use case read the catalog (before its transaction).
-#[derive(Clone)]
-struct LimitChangedAfterRead {
-    inner: DynamoStore,
-    sku: Sku,
-    to: u32,
-}
-
-#[async_trait::async_trait]
-impl OrderStore for LimitChangedAfterRead {
-    async fn create_order(
-        &self,
-        order: &Order,
-        caps: &Caps,
-        claim: &IdempotencyClaim,
-    ) -> Result<CreateResult, Unavailable> {
-        self.inner.create_order(order, caps, claim).await
-    }
-    async fn claimed_order(&self, u: &UserId, k: &IdempotencyKey) -> Result<Option<ClaimedOrder>, Unavailable> {
-        self.inner.claimed_order(u, k).await
-    }
-    async fn order(&self, id: &OrderId) -> Result<Option<Order>, Unavailable> {
-        self.inner.order(id).await
-    }
-    async fn order_record(&self, id: &OrderId) -> Result<Option<OrderRecord>, Unavailable> {
-        self.inner.order_record(id).await
-    }
-    async fn close_unpaid(&self, o: &Order, now: Timestamp) -> Result<Cas, Unavailable> {
-        self.inner.close_unpaid(o, now).await
-    }
-    async fn begin_closing(&self, o: &Order, l: &ClosingLease, now: Timestamp) -> Result<Cas, Unavailable> {
-        self.inner.begin_closing(o, l, now).await
-    }
-    async fn hold_closing(&self, o: &Order, until: Timestamp) -> Result<Cas, Unavailable> {
-        self.inner.hold_closing(o, until).await
-    }
-    async fn request_cancel(&self, o: &Order, now: Timestamp) -> Result<Cas, Unavailable> {
-        self.inner.request_cancel(o, now).await
-    }
-    async fn note_lazy_reminder(&self, o: &Order, now: Timestamp, every: Duration) -> Result<Cas, Unavailable> {
-        self.inner.note_lazy_reminder(o, now, every).await
-    }
-    async fn note_early_reminder(&self, o: &Order, until: Timestamp, now: Timestamp) -> Result<Cas, Unavailable> {
-        self.inner.note_early_reminder(o, until, now).await
-    }
-    async fn record_check(&self, id: &OrderId, c: &OperatorCheck) -> Result<Cas, Unavailable> {
-        self.inner.record_check(id, c).await
-    }
-    async fn effects_done(&self, id: &OrderId, s: OrderStatus) -> Result<Cas, Unavailable> {
-        self.inner.effects_done(id, s).await
-    }
-    async fn close_after_check(&self, o: &Order, now: Timestamp, cause: &str) -> Result<Cas, Unavailable> {
-        self.inner.close_after_check(o, now, cause).await
-    }
-    async fn release_reservation(
-        &self,
-        id: &OrderId,
-        r: &Reservation,
-        now: Timestamp,
-    ) -> Result<Moved<ReservationStatus>, Unavailable> {
-        self.inner.release_reservation(id, r, now).await
-    }
-    async fn confirm_reservation(
-        &self,
-        id: &OrderId,
-        r: &Reservation,
-        now: Timestamp,
-    ) -> Result<Moved<ReservationStatus>, Unavailable> {
-        self.inner.confirm_reservation(id, r, now).await
-    }
-    async fn end_coupon_lock(
-        &self,
-        id: &OrderId,
-        c: &CouponId,
-        to: CouponLockStatus,
-        reason: &str,
-        now: Timestamp,
-    ) -> Result<Moved<CouponLockStatus>, Unavailable> {
-        self.inner.end_coupon_lock(id, c, to, reason, now).await
-    }
-    async fn stock(&self, s: &Sku) -> Result<Option<Stock>, Unavailable> {
-        self.inner.stock(s).await
-    }
-    async fn stocks(&self, skus: &[Sku]) -> Result<Vec<Stock>, Unavailable> {
-        let read = self.inner.stocks(skus).await?;
-        limit(&self.inner, self.sku.as_str(), self.to).await;
-        Ok(read)
-    }
-    async fn put_coupon(&self, c: &Coupon) -> Result<PutCoupon, Unavailable> {
-        self.inner.put_coupon(c).await
-    }
-    async fn coupon(&self, id: &CouponId) -> Result<Option<Coupon>, Unavailable> {
-        self.inner.coupon(id).await
-    }
-}
-
 /// The create transaction is conditional on the purchase limit it read: a
 /// limit lowered after the read refuses the create (409
 /// `purchase_limit_changed`, nothing held) instead of letting it pass.
@@ -234,7 +129,8 @@ async fn a_limit_lowered_between_the_catalog_read_and_the_write_refuses_the_crea
     create_with(&creator(store.clone(), &clock, None), "k1", &body("A", 2, None)).await.unwrap();
     assert_eq!(counter(&store, "LIMIT#A", "used").await, Some(2));
     // The operator lowers the limit to 2 while the next create is in flight.
-    let racing = creator(LimitChangedAfterRead { inner: store.clone(), sku: sku_("A"), to: 2 }, &clock, None);
+    let lowered = ChangedAfterRead::new(store.clone(), |s| Box::pin(async move { limit(&s, "A", 2).await }));
+    let racing = creator(lowered, &clock, None);
     let r = create_with(&racing, "k2", &body("A", 2, None)).await;
     let now_limit = store.stock(&sku_("A")).await.unwrap().unwrap().purchase_limit;
     let used = counter(&store, "LIMIT#A", "used").await.unwrap();
@@ -379,15 +275,7 @@ async fn the_full_read_with_a_closed_unreleased_points_order() {
     credit(&store, 500, "c").await.unwrap();
     let o = create_with(&creator(store.clone(), &clock, Some(3)), "k", &body("A", 1, Some(100))).await.unwrap();
     clock.set(o.expire_at.unix_millis());
-    let closer = CloseOrder {
-        store: store.clone(),
-        channel: ScriptedChannel::default(),
-        reminders: RecordedReminders::default(),
-        clock: Box::new(clock.clone()),
-        lease: Duration::from_secs(30),
-        not_found_grace: Duration::from_secs(10),
-        budget: order_core::usecases::close_order::DEFAULT_CLOSE_BUDGET,
-    };
+    let closer = fixtures::closer(&store, ScriptedChannel::default(), RecordedReminders::default(), &clock);
     assert_eq!(closer.close(&o.order_id, "t").await.unwrap(), CloseOutcome::Closed);
     let snap = store.scan_snapshot().await.unwrap();
     assert!(snap.undecodable.is_empty(), "{:?}", snap.undecodable);

@@ -11,17 +11,12 @@ use order_core::aws::lost_answers::LostAnswers;
 use order_core::domain::*;
 use order_core::ports::*;
 use order_core::store::*;
-use order_core::usecases::close_order::{CloseOrder, CloseOutcome, DEFAULT_CLOSE_BUDGET};
-use order_core::usecases::create_order::CreateOrder;
+use order_core::usecases::close_order::CloseOutcome;
 use order_core::usecases::refunds::{process_refund, RefundOutcome, MAX_REFUND_TRIES};
-use serde_json::json;
 use std::time::Duration;
-use system_tests::fakes::{FixedClock, RecordedReminders, ScriptedChannel};
-use system_tests::fixtures::{eur, processing_attempt};
-use system_tests::CreateAsNamed;
+use system_tests::fakes::{FixedChannel, FixedClock, RecordedReminders, ScriptedChannel};
+use system_tests::fixtures::{self, open_order, paid_twice, record_attempt, T0};
 use system_tests::{dynamodb_local, fresh_table};
-
-const T0: i64 = 1_800_000_000_000;
 
 /// The same table through a client that loses the answers of the next
 /// `count` calls of `operation`.
@@ -32,36 +27,9 @@ async fn losing(store: &DynamoStore, operation: &str, count: usize) -> (DynamoSt
     (DynamoStore::new(Client::from_conf(conf), store.table()), lost)
 }
 
-async fn open_order(store: &DynamoStore, clock: &FixedClock) -> Order {
-    system_tests::fixtures::seed_stock(store, &Sku::parse("A").unwrap(), 10, &eur(100)).await.unwrap();
-    let create = CreateOrder {
-        store: store.clone(),
-        clock: Box::new(clock.clone()),
-        ids: Box::new(RandomIds),
-        window: Duration::from_secs(60),
-        expiry_rule_version: "t".into(),
-        open_order_cap: None,
-    };
-    let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
-    create.execute_as_named(Some("k1"), body.to_string().as_bytes()).await.unwrap().order
-}
-
 /// A channel that refuses every refund.
-struct Refusing;
-#[async_trait::async_trait]
-impl PaymentChannel for Refusing {
-    async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<OpenedPayment, Unavailable> {
-        Ok(OpenedPayment::default())
-    }
-    async fn query(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
-        Ok(ChannelPayment::Pending)
-    }
-    async fn cancel(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
-        Ok(ChannelPayment::Failed)
-    }
-    async fn refund(&self, _: &PaymentAttempt, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
-        Ok(RefundResult::Failed("card closed".into()))
-    }
+fn refusing() -> FixedChannel {
+    FixedChannel::answering(ChannelPayment::Pending, ChannelPayment::Failed).refusing_refunds("card closed")
 }
 
 #[tokio::test]
@@ -69,21 +37,8 @@ async fn a_refund_give_up_whose_answer_is_lost_still_hands_the_refund_to_a_perso
     let clock = FixedClock::at(T0);
     let store = fresh_table(&dynamodb_local().await).await;
     let order = open_order(&store, &clock).await;
-    let mut attempts = Vec::new();
-    for _ in 0..2 {
-        let order = store.order(&order.order_id).await.unwrap().unwrap();
-        let a = processing_attempt(&order, clock.now());
-        assert_eq!(store.record_attempt(&order, &a).await.unwrap(), AttemptResult::Recorded);
-        attempts.push(a);
-    }
-    let ev = Evidence { at: clock.now(), source: "test".into(), status: PaymentStatus::Succeeded, detail: None };
-    let open = store.order(&order.order_id).await.unwrap().unwrap();
-    store.settle_success(&open, &attempts[0], "tx-a", ev.clone(), None, "").await.unwrap();
-    let paid = store.order(&order.order_id).await.unwrap().unwrap();
-    assert_eq!(
-        store.settle_success(&paid, &attempts[1], "tx-b", ev, None, "n").await.unwrap(),
-        SettleResult::RefundPending
-    );
+    let (attempts, _, second) = paid_twice(&store, &clock, &order).await;
+    assert_eq!(second, SettleResult::RefundPending);
     let refund = store.refund(&order.order_id, &attempts[1].payment_id).await.unwrap().unwrap();
     for i in 0..MAX_REFUND_TRIES - 1 {
         let now = store.refund(&refund.order_id, &refund.payment_id).await.unwrap().unwrap();
@@ -92,7 +47,7 @@ async fn a_refund_give_up_whose_answer_is_lost_still_hands_the_refund_to_a_perso
     }
     // The last try's give-up write is applied and its answer lost.
     let (losing_store, lost) = losing(&store, "UpdateItem", 1).await;
-    let out = process_refund(&losing_store, &Refusing, &clock, &refund.order_id, &refund.payment_id).await.unwrap();
+    let out = process_refund(&losing_store, &refusing(), &clock, &refund.order_id, &refund.payment_id).await.unwrap();
     assert_eq!(lost.lost(), 1, "the give-up's answer was lost and the SDK sent it again");
     let now = store.refund(&refund.order_id, &refund.payment_id).await.unwrap().unwrap();
     assert_eq!(now.status, RefundStatus::RefundFailed);
@@ -117,18 +72,7 @@ async fn a_failed_refund_that_later_succeeds_leaves_the_failed_refunds() {
     let clock = FixedClock::at(T0);
     let store = fresh_table(&dynamodb_local().await).await;
     let order = open_order(&store, &clock).await;
-    let mut attempts = Vec::new();
-    for _ in 0..2 {
-        let order = store.order(&order.order_id).await.unwrap().unwrap();
-        let a = processing_attempt(&order, clock.now());
-        assert_eq!(store.record_attempt(&order, &a).await.unwrap(), AttemptResult::Recorded);
-        attempts.push(a);
-    }
-    let ev = Evidence { at: clock.now(), source: "test".into(), status: PaymentStatus::Succeeded, detail: None };
-    let open = store.order(&order.order_id).await.unwrap().unwrap();
-    store.settle_success(&open, &attempts[0], "tx-a", ev.clone(), None, "").await.unwrap();
-    let paid = store.order(&order.order_id).await.unwrap().unwrap();
-    store.settle_success(&paid, &attempts[1], "tx-b", ev, None, "n").await.unwrap();
+    let (attempts, _, _) = paid_twice(&store, &clock, &order).await;
     let pending = store.refund(&order.order_id, &attempts[1].payment_id).await.unwrap().unwrap();
     let at = clock.now();
     assert_eq!(
@@ -145,22 +89,6 @@ async fn a_failed_refund_that_later_succeeds_leaves_the_failed_refunds() {
     assert!(store.failed_refunds().await.unwrap().is_empty());
 }
 
-fn closer(
-    store: DynamoStore,
-    channel: ScriptedChannel,
-    clock: &FixedClock,
-) -> CloseOrder<DynamoStore, ScriptedChannel, RecordedReminders> {
-    CloseOrder {
-        store,
-        channel,
-        reminders: RecordedReminders::default(),
-        clock: Box::new(clock.clone()),
-        lease: Duration::from_secs(30),
-        not_found_grace: Duration::from_secs(10),
-        budget: DEFAULT_CLOSE_BUDGET,
-    }
-}
-
 #[tokio::test]
 async fn a_close_whose_answer_is_lost_is_its_own_and_counted_closed_by_the_run_that_wrote_it() {
     let clock = FixedClock::at(T0);
@@ -168,8 +96,10 @@ async fn a_close_whose_answer_is_lost_is_its_own_and_counted_closed_by_the_run_t
     let order = open_order(&store, &clock).await;
     clock.set(order.expire_at.unix_millis() + 1);
     let (losing_store, lost) = losing(&store, "UpdateItem", 1).await;
-    let out =
-        closer(losing_store, ScriptedChannel::default(), &clock).close(&order.order_id, "closer-1").await.unwrap();
+    let out = fixtures::closer(&losing_store, ScriptedChannel::default(), RecordedReminders::default(), &clock)
+        .close(&order.order_id, "closer-1")
+        .await
+        .unwrap();
     assert_eq!(lost.lost(), 1);
     assert!(matches!(out, CloseOutcome::Closed), "its own close, not one found done by someone else: {out:?}");
     assert_eq!(store.order(&order.order_id).await.unwrap().unwrap().status, OrderStatus::Closed);
@@ -180,14 +110,16 @@ async fn a_begin_closing_whose_answer_is_lost_still_closes_the_order_in_the_same
     let clock = FixedClock::at(T0);
     let store = fresh_table(&dynamodb_local().await).await;
     let order = open_order(&store, &clock).await;
-    let a = processing_attempt(&order, clock.now());
-    assert_eq!(store.record_attempt(&order, &a).await.unwrap(), AttemptResult::Recorded);
+    let a = record_attempt(&store, &order, clock.now()).await;
     let channel = ScriptedChannel::default();
     channel.answer(&a.payment_id, Some(ChannelPayment::Failed));
     clock.set(order.expire_at.unix_millis() + 1);
     // The first write of the run is the claim of CLOSING.
     let (losing_store, lost) = losing(&store, "UpdateItem", 1).await;
-    let out = closer(losing_store, channel, &clock).close(&order.order_id, "closer-1").await.unwrap();
+    let out = fixtures::closer(&losing_store, channel, RecordedReminders::default(), &clock)
+        .close(&order.order_id, "closer-1")
+        .await
+        .unwrap();
     assert_eq!(lost.lost(), 1);
     assert!(matches!(out, CloseOutcome::Closed), "closed by its own chain, not a lease and a sweep later: {out:?}");
     assert_eq!(store.order(&order.order_id).await.unwrap().unwrap().status, OrderStatus::Closed);

@@ -4,69 +4,20 @@
 //! (plus the metric's own low-cardinality one), never an order id. The use
 //! cases run on DynamoDB Local with the clock and channel faked.
 
-use order_core::aws::dynamo::DynamoStore;
 use order_core::domain::*;
 use order_core::metrics::{self, capture, points, Metric};
 use order_core::ports::*;
-use order_core::store::*;
-use order_core::usecases::close_order::{CloseOrder, CloseOutcome};
-use order_core::usecases::create_order::CreateOrder;
+use order_core::usecases::close_order::CloseOutcome;
 use serde_json::{json, Value};
 use std::time::Duration;
-use system_tests::fakes::*;
-use system_tests::fixtures::eur;
-use system_tests::CreateAsNamed;
-use system_tests::{dynamodb_local, fresh_table};
+use system_tests::fixtures::{self, one_line, T0};
 
-const T0: i64 = 1_800_000_000_000;
 const WINDOW_MS: i64 = 60_000;
 
-struct World {
-    store: DynamoStore,
-    clock: FixedClock,
-    channel: ScriptedChannel,
-}
+type World = fixtures::World;
 
-impl World {
-    async fn new() -> Self {
-        let store = fresh_table(&dynamodb_local().await).await;
-        system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 10, &eur(100)).await.unwrap();
-        Self { store, clock: FixedClock::at(T0), channel: Default::default() }
-    }
-
-    fn closer(&self) -> CloseOrder<DynamoStore, ScriptedChannel, RecordedReminders> {
-        CloseOrder {
-            store: self.store.clone(),
-            channel: self.channel.clone(),
-            reminders: RecordedReminders::default(),
-            clock: Box::new(self.clock.clone()),
-            lease: Duration::from_secs(30),
-            not_found_grace: Duration::from_secs(10),
-            budget: order_core::usecases::close_order::DEFAULT_CLOSE_BUDGET,
-        }
-    }
-
-    async fn order(&self) -> Order {
-        let uc = CreateOrder {
-            store: self.store.clone(),
-            clock: Box::new(self.clock.clone()),
-            ids: Box::new(RandomIds),
-            window: Duration::from_millis(WINDOW_MS as u64),
-            expiry_rule_version: "t".into(),
-            open_order_cap: None,
-        };
-        let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
-        uc.execute_as_named(Some(&format!("k{}", rand::random::<u64>())), body.to_string().as_bytes())
-            .await
-            .unwrap()
-            .order
-    }
-
-    async fn with_attempt(&self, order: &Order) -> PaymentAttempt {
-        let a = system_tests::fixtures::processing_attempt(order, self.clock.now());
-        assert_eq!(self.store.record_attempt(order, &a).await.unwrap(), AttemptResult::Recorded);
-        a
-    }
+async fn world() -> World {
+    World::new(&["A"], 10).await.ordering(Duration::from_millis(WINDOW_MS as u64), one_line("u1", "A", 1, 100))
 }
 
 /// The one point of `metric` among `lines`, checked against the catalog:
@@ -100,7 +51,7 @@ fn none_of(lines: &[String], metric: &Metric) {
 
 #[tokio::test]
 async fn creating_and_closing_an_order_emit_order_created_order_closed_and_the_expiry_to_close_delay() {
-    let w = World::new().await;
+    let w = world().await;
     let (o, lines) = capture(w.order()).await;
     assert_eq!(the_point(&lines, &metrics::ORDER_CREATED)["OrderCreated"], 1.0);
 
@@ -119,7 +70,7 @@ async fn creating_and_closing_an_order_emit_order_created_order_closed_and_the_e
 
 #[tokio::test]
 async fn an_early_wake_up_and_a_late_one_are_counted_as_such() {
-    let w = World::new().await;
+    let w = world().await;
     let o = w.order().await;
     w.clock.set(T0 + WINDOW_MS - 1_000);
     let (_, lines) = capture(w.closer().close(&o.order_id, "t")).await;
@@ -135,9 +86,9 @@ async fn an_early_wake_up_and_a_late_one_are_counted_as_such() {
 
 #[tokio::test]
 async fn a_channel_that_does_not_answer_emits_an_unavailable_query_and_payment_state_unknown() {
-    let w = World::new().await;
+    let w = world().await;
     let o = w.order().await;
-    let a = w.with_attempt(&o).await;
+    let a = w.attempt(&o).await;
     w.channel.answer(&a.payment_id, None); // times out
     w.clock.set(T0 + WINDOW_MS + 1);
     let (_, lines) = capture(w.closer().close(&o.order_id, "t")).await;
@@ -149,9 +100,9 @@ async fn a_channel_that_does_not_answer_emits_an_unavailable_query_and_payment_s
 
 #[tokio::test]
 async fn a_success_found_while_closing_emits_order_paid_and_a_succeeded_query() {
-    let w = World::new().await;
+    let w = world().await;
     let o = w.order().await;
-    let a = w.with_attempt(&o).await;
+    let a = w.attempt(&o).await;
     w.channel.answer(
         &a.payment_id,
         Some(ChannelPayment::Succeeded { channel_txn_id: "tx-m".into(), amount: a.amount, currency: "EUR".into() }),

@@ -7,13 +7,12 @@ use order_core::aws::dynamo::DynamoStore;
 use order_core::domain::*;
 use order_core::ports::*;
 use order_core::store::*;
-use order_core::usecases::create_order::CreateOrder;
 use order_core::usecases::my_orders::{list_orders, ListQuery, OrderList};
 use order_core::usecases::UseCaseError;
 use serde_json::json;
 use std::time::Duration;
 use system_tests::fakes::*;
-use system_tests::fixtures::eur;
+use system_tests::fixtures::{self, eur};
 use system_tests::CreateAsNamed;
 use system_tests::{dynamodb_local, fresh_table};
 
@@ -28,14 +27,7 @@ async fn store() -> DynamoStore {
 
 /// An order of `user`, created at `at`.
 async fn order(store: &DynamoStore, user: &str, at: i64) -> Order {
-    let uc = CreateOrder {
-        store: store.clone(),
-        clock: Box::new(FixedClock::at(at)),
-        ids: Box::new(RandomIds),
-        window: Duration::from_millis(WINDOW_MS as u64),
-        expiry_rule_version: "t".into(),
-        open_order_cap: None,
-    };
+    let uc = fixtures::creator(store, &FixedClock::at(at), Duration::from_millis(WINDOW_MS as u64), "t");
     let body = json!({"user_id": user, "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
     uc.execute_as_named(Some(&format!("k{}", rand::random::<u64>())), body.to_string().as_bytes()).await.unwrap().order
 }

@@ -12,7 +12,6 @@ use order_core::error::ApiError;
 use order_core::handlers::requests::{self, get_order, payment_notification, start_payment};
 use order_core::ports::*;
 use order_core::store::*;
-use order_core::usecases::create_order::CreateOrder;
 use order_core::usecases::order_reads::Reader;
 use order_core::usecases::payments::{PaymentStarted, StartPayment};
 use order_core::usecases::release_order::{release_order, settle_order};
@@ -21,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use system_tests::fakes::{FixedClock, RecordedWakeUps};
-use system_tests::fixtures::eur;
+use system_tests::fixtures::{self, eur};
 use system_tests::CreateAsNamed;
 use system_tests::{dynamodb_local, fresh_table};
 
@@ -94,14 +93,7 @@ impl World {
     }
 
     async fn order(&self, coupon: Option<&str>) -> Result<Order, ApiError> {
-        let uc = CreateOrder {
-            store: self.store.clone(),
-            clock: Box::new(self.clock.clone()),
-            ids: Box::new(RandomIds),
-            window: Duration::from_millis(WINDOW_MS as u64),
-            expiry_rule_version: "t".into(),
-            open_order_cap: None,
-        };
+        let uc = fixtures::creator(&self.store, &self.clock, Duration::from_millis(WINDOW_MS as u64), "t");
         let mut body =
             json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 2, "unit_price": 100}]});
         if let Some(c) = coupon {

@@ -12,15 +12,14 @@ use order_core::domain::*;
 use order_core::handlers::effects::pending_effects_batch;
 use order_core::ports::*;
 use order_core::store::*;
-use order_core::usecases::close_order::{CloseOrder, CloseOutcome, DEFAULT_CLOSE_BUDGET};
-use order_core::usecases::create_order::CreateOrder;
+use order_core::usecases::close_order::{CloseOrder, CloseOutcome};
 use order_core::usecases::pending_effects::{drive_pending_effect, EffectDriven, EffectPorts};
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use system_tests::fakes::*;
-use system_tests::fixtures::eur;
+use system_tests::fixtures::{self, eur};
 use system_tests::CreateAsNamed;
 use system_tests::{dynamodb_local, fresh_table};
 
@@ -372,25 +371,13 @@ async fn a_refund_redrive_whose_send_failed_is_requested_on_the_redelivery() {
 /// its expiry: CLOSED, its reservation still RESERVED, in the effects shard.
 async fn closed_order(store: &DynamoStore, clock: &FixedClock) -> OrderId {
     system_tests::fixtures::seed_stock(store, &Sku::parse("A").unwrap(), 1_000, &eur(100)).await.unwrap();
-    let creator = CreateOrder {
-        store: store.clone(),
-        clock: Box::new(clock.clone()),
-        ids: Box::new(RandomIds),
-        window: Duration::from_secs(60),
-        expiry_rule_version: "w60".into(),
-        open_order_cap: None,
-    };
+    let creator = fixtures::creator(store, clock, Duration::from_secs(60), "w60");
     let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 3, "unit_price": 100}]});
     let order = creator.execute_as_named(Some("k-effects"), body.to_string().as_bytes()).await.unwrap().order;
     clock.set(T0 + 61_000);
     let closer = CloseOrder {
-        store: store.clone(),
-        channel: ScriptedChannel::default(),
-        reminders: RecordedReminders::default(),
-        clock: Box::new(clock.clone()),
-        lease: Duration::from_secs(30),
         not_found_grace: Duration::from_secs(30),
-        budget: DEFAULT_CLOSE_BUDGET,
+        ..fixtures::closer(store, ScriptedChannel::default(), RecordedReminders::default(), clock)
     };
     assert_eq!(closer.close(&order.order_id, "test").await.unwrap(), CloseOutcome::Closed);
     order.order_id
@@ -412,18 +399,7 @@ async fn stock_of_a(store: &DynamoStore) -> (i64, i64) {
 }
 
 async fn in_effects_shard(store: &DynamoStore, id: &OrderId) -> bool {
-    let item = store
-        .client()
-        .get_item()
-        .table_name(store.table())
-        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(keys::order(id)))
-        .key("sk", aws_sdk_dynamodb::types::AttributeValue::S(keys::ORDER_SK.into()))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap()
-        .item
-        .unwrap();
+    let item = fixtures::raw_item(store, keys::order(id), keys::ORDER_SK).await.unwrap();
     item.contains_key("due_shard")
 }
 
@@ -464,14 +440,7 @@ async fn a_batch_holding_the_same_order_effects_message_twice_releases_the_stock
 async fn late_refund_past_its_budget(store: &DynamoStore, clock: &FixedClock) -> Refund {
     use order_core::usecases::refunds::REFUND_REDRIVE_AFTER;
     system_tests::fixtures::seed_stock(store, &Sku::parse("A").unwrap(), 10, &eur(100)).await.unwrap();
-    let creator = CreateOrder {
-        store: store.clone(),
-        clock: Box::new(clock.clone()),
-        ids: Box::new(RandomIds),
-        window: Duration::from_secs(60),
-        expiry_rule_version: "w60".into(),
-        open_order_cap: None,
-    };
+    let creator = fixtures::creator(store, clock, Duration::from_secs(60), "w60");
     let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
     let order = creator.execute_as_named(Some("k-refund"), body.to_string().as_bytes()).await.unwrap().order;
     let attempt = system_tests::fixtures::processing_attempt(&order, clock.now());
@@ -479,12 +448,7 @@ async fn late_refund_past_its_budget(store: &DynamoStore, clock: &FixedClock) ->
     // Closed as "never charged", then the payment succeeds: a late success,
     // recorded with its refund.
     let order = store.order(&order.order_id).await.unwrap().unwrap();
-    let lease =
-        ClosingLease { started_at: order.expire_at, owner: "w".into(), lease_until: order.expire_at, resumes: 0 };
-    assert_eq!(store.begin_closing(&order, &lease, order.expire_at).await.unwrap(), Cas::Applied);
-    let closing = store.order(&order.order_id).await.unwrap().unwrap();
-    assert_eq!(store.close_after_check(&closing, order.expire_at, "t").await.unwrap(), Cas::Applied);
-    let closed = store.order(&order.order_id).await.unwrap().unwrap();
+    let closed = fixtures::close_at_expiry(&store, &order).await;
     let evidence = Evidence { at: clock.now(), source: "late".into(), status: PaymentStatus::Succeeded, detail: None };
     let settled = store.settle_success(&closed, &attempt, "txn-late", evidence, None, "refunded").await.unwrap();
     assert_eq!(settled, SettleResult::RefundPending);

@@ -1,8 +1,12 @@
-//! The production profile's promises that need no stack: events of a buyer
-//! with an OIDC subject validate against their schemas, every function that
-//! settles a payment may run its transaction's condition check, a prod stack
-//! refuses the emulator-only API id, and OIDC subjects keep idempotency keys
-//! and coupons per buyer (DynamoDB Local).
+//! The production profile's promises: events of a buyer with an OIDC
+//! subject validate against their schemas, every function that settles a
+//! payment may run its transaction's condition check, and a prod stack
+//! refuses the emulator-only API id (no stack); OIDC subjects keep
+//! idempotency keys and coupons per buyer (`ddb_…`, DynamoDB Local); and,
+//! on the deployed local stack (`e2e_…`), a body of exactly the limit is
+//! taken and one byte more is 413, a payment key replayed by another buyer
+//! neither reaches nor returns the owner's attempt, and a price edit never
+//! creates a SKU nor changes its counts.
 
 use order_core::domain::events::examples::one_of_each;
 use serde_json::{json, Value};

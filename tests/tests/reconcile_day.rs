@@ -17,7 +17,6 @@ use order_core::domain::*;
 use order_core::handlers::reconcile_day::piece_message;
 use order_core::ports::*;
 use order_core::store::*;
-use order_core::usecases::create_order::CreateOrder;
 use order_core::usecases::reconcile::{Bounds, DiscrepancyKind};
 use order_core::usecases::reconcile_day::{day_report, DayPorts, DayReport, DayRun, RECONCILE_SHARDS};
 use serde_json::json;
@@ -25,7 +24,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use system_tests::fakes::FixedClock;
-use system_tests::fixtures::eur;
+use system_tests::fixtures::{self, eur};
 use system_tests::CreateAsNamed;
 use system_tests::{dynamodb_local, fresh_sandbox_ledger_table, fresh_table};
 
@@ -66,14 +65,7 @@ impl World {
     /// An order created at `at` with a one-minute window, optionally with
     /// a coupon of its own.
     async fn order(&self, at: Timestamp, coupon: bool) -> Order {
-        let create = CreateOrder {
-            store: self.store.clone(),
-            clock: Box::new(FixedClock::at(at.unix_millis())),
-            ids: Box::new(RandomIds),
-            window: Duration::from_secs(60),
-            expiry_rule_version: "t".into(),
-            open_order_cap: None,
-        };
+        let create = fixtures::creator(&self.store, &FixedClock::at(at.unix_millis()), Duration::from_secs(60), "t");
         let mut body =
             json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 2, "unit_price": 100}]});
         if coupon {
@@ -724,14 +716,7 @@ async fn order_with_points(w: &World, user: &str, points: i64, spend: u32, at: T
         by: "ops".into(),
     };
     order_core::usecases::points::credit_points(&w.store, &FixedClock::at(at.unix_millis()), req).await.unwrap();
-    let create = CreateOrder {
-        store: w.store.clone(),
-        clock: Box::new(FixedClock::at(at.unix_millis())),
-        ids: Box::new(RandomIds),
-        window: Duration::from_secs(60),
-        expiry_rule_version: "t".into(),
-        open_order_cap: None,
-    };
+    let create = fixtures::creator(&w.store, &FixedClock::at(at.unix_millis()), Duration::from_secs(60), "t");
     let body = json!({"user_id": user, "currency": "EUR", "items": [{"sku": "A", "qty": 2}], "points": spend});
     let key = format!("k{}", rand::random::<u64>());
     create.execute_as_named(Some(&key), body.to_string().as_bytes()).await.unwrap().order

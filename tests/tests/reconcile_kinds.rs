@@ -3,65 +3,33 @@
 //! another, left out; or a row written by hand), then the table is read
 //! the way the reconcile function reads it.
 
-use order_core::aws::dynamo::{keys, n, s, DynamoStore};
+use order_core::aws::dynamo::{keys, n, s};
 use order_core::domain::*;
 use order_core::handlers::reconcile::run_reconcile;
 use order_core::ports::StatementLine;
 use order_core::ports::*;
 use order_core::store::*;
-use order_core::usecases::create_order::CreateOrder;
 use order_core::usecases::reconcile::{reconcile, Bounds, Report};
 use order_core::usecases::refunds::REFUND_REDRIVE_AFTER;
 use serde_json::json;
 use std::time::Duration;
-use system_tests::fakes::FixedClock;
-use system_tests::fixtures::eur;
-use system_tests::CreateAsNamed;
-use system_tests::{dynamodb_local, fresh_table};
+use system_tests::fixtures::{self, one_line, T0};
 
-const T0: i64 = 1_800_000_000_000;
 const WINDOW: Duration = Duration::from_secs(60);
 
-struct World {
-    store: DynamoStore,
-    clock: FixedClock,
-}
+system_tests::world_of!(World);
 
 impl World {
     async fn new() -> Self {
-        let store = fresh_table(&dynamodb_local().await).await;
-        for sku in ["A", "B"] {
-            system_tests::fixtures::seed_stock(&store, &Sku::parse(sku).unwrap(), 10, &eur(100)).await.unwrap();
-        }
-        Self { store, clock: FixedClock::at(T0) }
+        Self(fixtures::World::new(&["A", "B"], 10).await)
     }
 
     async fn order(&self, sku: &str, coupon: Option<&str>) -> Order {
-        let create = CreateOrder {
-            store: self.store.clone(),
-            clock: Box::new(self.clock.clone()),
-            ids: Box::new(RandomIds),
-            window: WINDOW,
-            expiry_rule_version: "t".into(),
-            open_order_cap: None,
-        };
-        let mut body =
-            json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": sku, "qty": 2, "unit_price": 100}]});
+        let mut body = one_line("u1", sku, 2, 100);
         if let Some(c) = coupon {
             body["coupon_id"] = json!(c);
         }
-        let key = format!("k{}", rand::random::<u64>());
-        create.execute_as_named(Some(&key), body.to_string().as_bytes()).await.unwrap().order
-    }
-
-    async fn attempt(&self, order: &Order) -> PaymentAttempt {
-        let a = system_tests::fixtures::processing_attempt(order, self.clock.now());
-        assert_eq!(self.store.record_attempt(order, &a).await.unwrap(), AttemptResult::Recorded);
-        a
-    }
-
-    async fn fresh(&self, o: &Order) -> Order {
-        self.store.order(&o.order_id).await.unwrap().unwrap()
+        self.create(WINDOW, &body).await
     }
 
     async fn report(&self, at: Timestamp, ledger: Option<&[StatementLine]>) -> Report {
@@ -105,7 +73,7 @@ async fn a_paid_order_whose_reservation_was_never_confirmed_is_reported() {
     let w = World::new().await;
     let o = w.order("A", None).await;
     let a = w.attempt(&o).await;
-    let o = w.fresh(&o).await;
+    let o = w.now_order(&o).await;
     assert_eq!(w.store.settle_success(&o, &a, "tx", success(), None, "").await.unwrap(), SettleResult::Paid);
     // Paid; the settle that confirms the stock never ran.
     let late = w.report(success().at.plus(Bounds::default().effects_pending).plus(Duration::from_secs(1)), None).await;
@@ -134,12 +102,12 @@ async fn a_stale_pending_refund_is_reported_and_no_longer_defers_the_funds_ident
     let w = World::new().await;
     let o = w.order("A", None).await;
     let a = w.attempt(&o).await;
-    let o = w.fresh(&o).await;
+    let o = w.now_order(&o).await;
     let lease = ClosingLease { started_at: o.expire_at, owner: "w".into(), lease_until: o.expire_at, resumes: 0 };
     w.store.begin_closing(&o, &lease, o.expire_at).await.unwrap();
-    let closing = w.fresh(&o).await;
+    let closing = w.now_order(&o).await;
     w.store.close_after_check(&closing, o.expire_at, "t").await.unwrap();
-    let closed = w.fresh(&o).await;
+    let closed = w.now_order(&o).await;
     let mut late = success();
     late.at = o.expire_at.plus(Duration::from_secs(5));
     assert_eq!(

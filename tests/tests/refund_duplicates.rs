@@ -7,52 +7,22 @@ use order_core::aws::dynamo::DynamoStore;
 use order_core::domain::*;
 use order_core::ports::*;
 use order_core::store::*;
-use order_core::usecases::create_order::CreateOrder;
 use order_core::usecases::refunds::{process_refund, RefundOutcome, MAX_REFUND_TRIES};
-use serde_json::json;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use system_tests::fakes::FixedClock;
-use system_tests::fixtures::{eur, processing_attempt};
-use system_tests::CreateAsNamed;
+use system_tests::fixtures::{open_order, paid_twice, T0};
 use system_tests::{dynamodb_local, fresh_table};
-
-const T0: i64 = 1_800_000_000_000;
 
 /// A REFUND_PENDING refund: the order was paid by one payment and a second
 /// success arrived for it. Returns the store and the refund as created.
 async fn pending_refund(clock: &FixedClock) -> (DynamoStore, Refund) {
     let store = fresh_table(&dynamodb_local().await).await;
-    system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 10, &eur(100)).await.unwrap();
-    let create = CreateOrder {
-        store: store.clone(),
-        clock: Box::new(clock.clone()),
-        ids: Box::new(RandomIds),
-        window: Duration::from_secs(60),
-        expiry_rule_version: "t".into(),
-        open_order_cap: None,
-    };
-    let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
-    let order = create.execute_as_named(Some("k1"), body.to_string().as_bytes()).await.unwrap().order;
-    let mut attempts = Vec::new();
-    for _ in 0..2 {
-        let order = store.order(&order.order_id).await.unwrap().unwrap();
-        let a = processing_attempt(&order, clock.now());
-        assert_eq!(store.record_attempt(&order, &a).await.unwrap(), AttemptResult::Recorded);
-        attempts.push(a);
-    }
-    let ev = Evidence { at: clock.now(), source: "test".into(), status: PaymentStatus::Succeeded, detail: None };
-    let open = store.order(&order.order_id).await.unwrap().unwrap();
-    assert_eq!(
-        store.settle_success(&open, &attempts[0], "tx-a", ev.clone(), None, "").await.unwrap(),
-        SettleResult::Paid
-    );
-    let paid = store.order(&order.order_id).await.unwrap().unwrap();
-    assert_eq!(
-        store.settle_success(&paid, &attempts[1], "tx-b", ev, None, "n").await.unwrap(),
-        SettleResult::RefundPending
-    );
+    let order = open_order(&store, clock).await;
+    let (attempts, first, second) = paid_twice(&store, clock, &order).await;
+    assert_eq!(first, SettleResult::Paid);
+    assert_eq!(second, SettleResult::RefundPending);
     let refund = store.refund(&order.order_id, &attempts[1].payment_id).await.unwrap().unwrap();
     (store, refund)
 }

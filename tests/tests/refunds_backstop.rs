@@ -7,41 +7,20 @@ use order_core::aws::dynamo::{keys, s, DynamoStore};
 use order_core::domain::*;
 use order_core::ports::*;
 use order_core::store::*;
-use order_core::usecases::create_order::CreateOrder;
 use order_core::usecases::refunds::{process_refund, RefundOutcome, MAX_REFUND_TRIES, REFUND_REDRIVE_AFTER};
-use serde_json::json;
 use std::time::Duration;
-use system_tests::fakes::{FixedClock, ScriptedChannel};
-use system_tests::fixtures::eur;
-use system_tests::CreateAsNamed;
+use system_tests::fakes::{FixedChannel, FixedClock, ScriptedChannel};
+use system_tests::fixtures::{self, open_order, record_attempt, T0};
 use system_tests::{dynamodb_local, fresh_table};
-
-const T0: i64 = 1_800_000_000_000;
 
 /// A REFUND_PENDING refund created at `clock`'s time: the order closed
 /// and a success for its payment arrived afterwards.
 async fn late_refund(clock: &FixedClock) -> (DynamoStore, Refund) {
     let store = fresh_table(&dynamodb_local().await).await;
-    system_tests::fixtures::seed_stock(&store, &Sku::parse("A").unwrap(), 10, &eur(100)).await.unwrap();
-    let create = CreateOrder {
-        store: store.clone(),
-        clock: Box::new(clock.clone()),
-        ids: Box::new(RandomIds),
-        window: Duration::from_secs(60),
-        expiry_rule_version: "t".into(),
-        open_order_cap: None,
-    };
-    let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 1, "unit_price": 100}]});
-    let order = create.execute_as_named(Some("k1"), body.to_string().as_bytes()).await.unwrap().order;
-    let a = system_tests::fixtures::processing_attempt(&order, clock.now());
-    assert_eq!(store.record_attempt(&order, &a).await.unwrap(), AttemptResult::Recorded);
+    let order = open_order(&store, clock).await;
+    let a = record_attempt(&store, &order, clock.now()).await;
     let order = store.order(&order.order_id).await.unwrap().unwrap();
-    let lease =
-        ClosingLease { started_at: order.expire_at, owner: "w".into(), lease_until: order.expire_at, resumes: 0 };
-    assert_eq!(store.begin_closing(&order, &lease, order.expire_at).await.unwrap(), Cas::Applied);
-    let closing = store.order(&order.order_id).await.unwrap().unwrap();
-    assert_eq!(store.close_after_check(&closing, order.expire_at, "t").await.unwrap(), Cas::Applied);
-    let closed = store.order(&order.order_id).await.unwrap().unwrap();
+    let closed = fixtures::close_at_expiry(&store, &order).await;
     clock.set(order.expire_at.unix_millis() + 5_000);
     let ev = Evidence { at: clock.now(), source: "late".into(), status: PaymentStatus::Succeeded, detail: None };
     assert_eq!(store.settle_success(&closed, &a, "tx-late", ev, None, "n").await.unwrap(), SettleResult::RefundPending);
@@ -72,21 +51,9 @@ async fn backstop_entry(store: &DynamoStore, refund: &Refund) -> Option<String> 
         .map(|i| i["due_at"].as_s().unwrap().clone())
 }
 
-struct DecliningChannel;
-#[async_trait::async_trait]
-impl PaymentChannel for DecliningChannel {
-    async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<OpenedPayment, Unavailable> {
-        Ok(OpenedPayment::default())
-    }
-    async fn query(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
-        Ok(ChannelPayment::NotFound)
-    }
-    async fn cancel(&self, _: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
-        Ok(ChannelPayment::NotFound)
-    }
-    async fn refund(&self, _: &PaymentAttempt, _: i64, _: &str) -> Result<RefundResult, Unavailable> {
-        Ok(RefundResult::Failed("declined".into()))
-    }
+/// A channel that knows no payment and declines every refund.
+fn declining() -> FixedChannel {
+    FixedChannel::answering(ChannelPayment::NotFound, ChannelPayment::NotFound).refusing_refunds("declined")
 }
 
 #[tokio::test]
@@ -122,12 +89,13 @@ async fn a_refund_that_gives_up_leaves_the_backstop_and_failed_tries_keep_it_in(
     let (store, refund) = late_refund(&clock).await;
     let due = backstop_entry(&store, &refund).await;
     assert!(due.is_some());
+    let declining = declining();
     for _ in 1..MAX_REFUND_TRIES {
-        let out = process_refund(&store, &DecliningChannel, &clock, &refund.order_id, &refund.payment_id).await;
+        let out = process_refund(&store, &declining, &clock, &refund.order_id, &refund.payment_id).await;
         assert!(matches!(out.unwrap(), RefundOutcome::RetryAfter(_)));
         assert_eq!(backstop_entry(&store, &refund).await, due, "a counted try stays PENDING, stays in");
     }
-    let out = process_refund(&store, &DecliningChannel, &clock, &refund.order_id, &refund.payment_id).await;
+    let out = process_refund(&store, &declining, &clock, &refund.order_id, &refund.payment_id).await;
     assert!(matches!(out.unwrap(), RefundOutcome::GiveUp(_)));
     let failed = store.refund(&refund.order_id, &refund.payment_id).await.unwrap().unwrap();
     assert_eq!(failed.status, RefundStatus::RefundFailed);

@@ -1,12 +1,11 @@
 //! The sandbox channel under the races of a payment entry replayed while a
-//! second key or a close concludes "not found" (issue 16, finding 4): an
-//! attempt recorded FAILED here must never stay payable at the channel.
-//! The close that concludes "never charged" first closes the payment at the
-//! sandbox, which keeps a FAILED marker that refuses a later open or
-//! payment; a replay re-reads its attempt after opening and closes what it
-//! opened if the attempt was concluded meanwhile. The Stripe side is
-//! `stripe_payment_races.rs`. DynamoDB Local, the real sandbox adapter on a
-//! ledger table of its own.
+//! second key or a close concludes "not found": an attempt recorded FAILED
+//! here must never stay payable at the channel. The close that concludes
+//! "never charged" first closes the payment at the sandbox, which keeps a
+//! FAILED marker that refuses a later open or payment; a replay re-reads
+//! its attempt after opening and closes what it opened if the attempt was
+//! concluded meanwhile. The Stripe side is `stripe_payment_races.rs`.
+//! DynamoDB Local, the real sandbox adapter on a ledger table of its own.
 
 use async_trait::async_trait;
 use order_core::aws::dynamo::DynamoStore;
@@ -16,12 +15,10 @@ use order_core::error::ApiError;
 use order_core::handlers::requests::start_payment;
 use order_core::ports::*;
 use order_core::store::{Evidence, OrderStore, PaymentAttempt, PaymentStore};
-use order_core::usecases::create_order::CreateOrder;
-use order_core::usecases::payments::StartPayment;
 use std::sync::Mutex;
 use std::time::Duration;
-use system_tests::fakes::FixedClock;
-use system_tests::CreateAsNamed;
+use system_tests::fakes::{FixedClock, OpenFails};
+use system_tests::fixtures::{one_unit_order, payment_entry};
 
 const GRACE: Duration = Duration::from_secs(30);
 const SANDBOX: &[u8] = br#"{"channel":"sandbox"}"#;
@@ -41,38 +38,10 @@ async fn world() -> World {
     let client = system_tests::dynamodb_local().await;
     let store = system_tests::fresh_table(&client).await;
     let sandbox = system_tests::fresh_sandbox_ledger(&client).await;
-    let sku = Sku::parse(format!("SBX{}", rand::random::<u32>())).unwrap();
-    system_tests::fixtures::seed_stock(&store, &sku, 5, &system_tests::fixtures::eur(1299)).await.unwrap();
     let t0 = 1_800_000_000_000;
     let clock = FixedClock::at(t0);
-    let create = CreateOrder {
-        store: store.clone(),
-        clock: Box::new(clock.clone()),
-        ids: Box::new(RandomIds),
-        window: Duration::from_secs(1800),
-        expiry_rule_version: "t".into(),
-        open_order_cap: None,
-    };
-    let body = serde_json::json!({"user_id": "u1", "currency": "EUR",
-        "items": [{"sku": sku.as_str(), "qty": 1, "unit_price": 1299}]});
-    let order = create.execute_as_named(Some("k-order"), body.to_string().as_bytes()).await.unwrap().order;
+    let order = one_unit_order(&store, &clock, "SBX", 1299, Duration::from_secs(1800), "k-order").await;
     World { store, sandbox, clock, t0, order }
-}
-
-fn uc<'a, C: PaymentChannel>(
-    store: &'a DynamoStore,
-    ch: &'a C,
-    clock: &'a FixedClock,
-) -> StartPayment<'a, DynamoStore, C> {
-    StartPayment {
-        store,
-        channel: Some(ch),
-        clock,
-        ids: &RandomIds,
-        merchant_id: MERCHANT,
-        not_found_grace: GRACE,
-        until: None,
-    }
 }
 
 impl World {
@@ -82,7 +51,7 @@ impl World {
         key: &str,
     ) -> Result<order_core::usecases::payments::PaymentStarted, ApiError> {
         start_payment(
-            &uc(&self.store, ch, &self.clock),
+            &payment_entry(&self.store, ch, &self.clock, MERCHANT, GRACE),
             &self.order.user_id,
             self.order.order_id.as_str(),
             Some(key),
@@ -95,7 +64,7 @@ impl World {
     /// answer (it answered 500): the attempt is recorded, the ledger has no
     /// row of it.
     async fn first_request_lost(&self) -> PaymentId {
-        let r = self.pay(&LostOpen(self.sandbox.clone()), "k1").await;
+        let r = self.pay(&lost_open(&self.sandbox), "k1").await;
         assert!(matches!(r, Err(ApiError::Internal(_))), "the first request answers 500: {r:?}");
         let rec = self.store.order_record(&self.order.order_id).await.unwrap().unwrap();
         assert_eq!(rec.payments.len(), 1);
@@ -126,22 +95,8 @@ impl World {
 }
 
 /// The sandbox as a lost answer leaves it: the open never reached it.
-#[derive(Clone)]
-struct LostOpen(SandboxChannel);
-#[async_trait]
-impl PaymentChannel for LostOpen {
-    async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<OpenedPayment, Unavailable> {
-        Err(Unavailable::new("sandbox open payment", "timed out"))
-    }
-    async fn query(&self, a: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
-        self.0.query(a).await
-    }
-    async fn cancel(&self, a: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
-        self.0.cancel(a).await
-    }
-    async fn refund(&self, a: &PaymentAttempt, amt: i64, k: &str) -> Result<RefundResult, Unavailable> {
-        self.0.refund(a, amt, k).await
-    }
+fn lost_open(sandbox: &SandboxChannel) -> OpenFails<SandboxChannel> {
+    OpenFails { inner: sandbox.clone(), what: "sandbox open payment", why: "timed out" }
 }
 
 /// The second key's channel: the sandbox answers "not found" about the

@@ -17,11 +17,12 @@ use order_core::handlers::requests::start_payment;
 use order_core::http::error_response;
 use order_core::ports::*;
 use order_core::store::OrderStore;
-use order_core::usecases::close_order::{CloseOrder, CloseOutcome, DEFAULT_CLOSE_BUDGET};
+use order_core::usecases::close_order::{CloseOrder, CloseOutcome};
 use order_core::usecases::create_order::CreateOrder;
 use order_core::usecases::payments::StartPayment;
 use std::time::{Duration, Instant};
 use system_tests::fakes::{FixedClock, RecordedReminders};
+use system_tests::fixtures;
 use system_tests::CreateAsNamed;
 
 const SANDBOX: &[u8] = br#"{"channel":"sandbox"}"#;
@@ -52,14 +53,7 @@ async fn world() -> World {
 
 impl World {
     async fn order(&self, user: &str) -> Order {
-        let create = CreateOrder {
-            store: self.store.clone(),
-            clock: Box::new(self.clock.clone()),
-            ids: Box::new(RandomIds),
-            window: Duration::from_secs(60),
-            expiry_rule_version: "t".into(),
-            open_order_cap: None,
-        };
+        let create = fixtures::creator(&self.store, &self.clock, Duration::from_secs(60), "t");
         let body = serde_json::json!({"user_id": user, "currency": "EUR",
             "items": [{"sku": "A", "qty": 1, "unit_price": 500}]});
         let key = format!("k{}", rand::random::<u64>());
@@ -80,13 +74,9 @@ impl World {
 
     fn closer(&self) -> CloseOrder<DynamoStore, SandboxChannel, RecordedReminders> {
         CloseOrder {
-            store: self.store.clone(),
-            channel: self.sandbox.clone(),
-            reminders: RecordedReminders::default(),
-            clock: Box::new(self.clock.clone()),
             lease: Duration::from_secs(60),
             not_found_grace: Duration::from_secs(30),
-            budget: DEFAULT_CLOSE_BUDGET,
+            ..fixtures::closer(&self.store, self.sandbox.clone(), RecordedReminders::default(), &self.clock)
         }
     }
 }

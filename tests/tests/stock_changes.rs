@@ -15,7 +15,6 @@ use order_core::domain::catalog::with_supply;
 use order_core::domain::*;
 use order_core::ports::*;
 use order_core::store::*;
-use order_core::usecases::create_order::CreateOrder;
 use order_core::usecases::queries::{self, StockChange, StockChanged, StockRequest};
 use order_core::usecases::reconcile::{reconcile, Bounds};
 use order_core::usecases::UseCaseError;
@@ -24,7 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use system_tests::fakes::FixedClock;
-use system_tests::fixtures::eur;
+use system_tests::fixtures::{self, eur};
 use system_tests::CreateAsNamed;
 use system_tests::{dynamodb_local, fresh_table};
 
@@ -125,14 +124,7 @@ async fn each_change_leaves_a_record_of_who_when_the_delta_and_the_supply_before
     let store = seeded(10).await;
     let clock = FixedClock::at(T0);
     // An order moves units from available to reserved: the supply stays.
-    let create = CreateOrder {
-        store: store.clone(),
-        clock: Box::new(clock.clone()),
-        ids: Box::new(RandomIds),
-        window: Duration::from_secs(60),
-        expiry_rule_version: "t".into(),
-        open_order_cap: None,
-    };
+    let create = fixtures::creator(&store, &clock, Duration::from_secs(60), "t");
     let body = json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "A", "qty": 4, "unit_price": 100}]});
     create.execute_as_named(Some("o1"), body.to_string().as_bytes()).await.unwrap();
     change(&store, "A", StockChange::Adjust(-2), Some("damaged")).await.unwrap();
@@ -341,14 +333,7 @@ async fn stock_changes_racing_orders_on_the_same_sku_keep_the_supply_identity() 
     change(&store, "A", StockChange::Seed { available: 1000, price: eur(100) }, Some("seed-a")).await.unwrap();
     let clock = FixedClock::at(T0);
     let orders = (0..12).map(|i| {
-        let create = CreateOrder {
-            store: store.clone(),
-            clock: Box::new(clock.clone()),
-            ids: Box::new(RandomIds),
-            window: Duration::from_secs(60),
-            expiry_rule_version: "t".into(),
-            open_order_cap: None,
-        };
+        let create = fixtures::creator(&store, &clock, Duration::from_secs(60), "t");
         async move {
             let body =
                 json!({"user_id": format!("u{i}"), "currency": "EUR", "items": [{"sku": "A", "qty": 3, "unit_price": 100}]});

@@ -11,7 +11,7 @@ use order_core::usecases::queries::{self, StockChange, StockRequest};
 use serde_json::json;
 use std::time::Duration;
 use system_tests::fakes::FixedClock;
-use system_tests::fixtures::eur;
+use system_tests::fixtures::{self, eur, pending_order, ChangedAfterRead};
 use system_tests::CreateAsNamed;
 use system_tests::{dynamodb_local, fresh_table};
 
@@ -23,14 +23,7 @@ async fn store() -> DynamoStore {
 }
 
 fn creator(store: &DynamoStore, clock: &FixedClock) -> CreateOrder<DynamoStore> {
-    CreateOrder {
-        store: store.clone(),
-        clock: Box::new(clock.clone()),
-        ids: Box::new(RandomIds),
-        window: WINDOW,
-        expiry_rule_version: "window-1800s".into(),
-        open_order_cap: None,
-    }
+    fixtures::creator(store, clock, WINDOW, "window-1800s")
 }
 
 fn sku(s: &str) -> Sku {
@@ -118,27 +111,15 @@ async fn out_of_stock_on_any_line_writes_nothing_and_names_the_sku() {
             body("u1", &[("A", 2), ("B", 2)], Some("C1")).to_string().as_bytes(),
         )
         .unwrap();
-        let o = Order {
-            order_id: OrderId::parse("ord_x").unwrap(),
-            user_id: req.user_id.clone(),
-            status: OrderStatus::PendingPayment,
-            version: 1,
-            currency: req.currency.clone(),
-            items: req.items.iter().map(|l| OrderLine { sku: l.sku.clone(), qty: l.qty, unit_price: 250 }).collect(),
-            amount_total: 1000,
-            coupon_id: req.coupon_id.clone(),
-            created_at: c.clock.now(),
-            expire_at: c.clock.now().plus(WINDOW),
-            expiry_rule_version: "v".into(),
-            cancel_requested_at: None,
-            expiring_soon_at: None,
-            points: 0,
-            payment_attempts: 0,
-            closing: None,
-            paid_by: None,
-            history: vec![],
-            checks: vec![],
-        };
+        let o = pending_order(
+            OrderId::parse("ord_x").unwrap(),
+            req.user_id.clone(),
+            req.currency.clone(),
+            req.items.iter().map(|l| OrderLine { sku: l.sku.clone(), qty: l.qty, unit_price: 250 }).collect(),
+            req.coupon_id.clone(),
+            c.clock.now(),
+            WINDOW,
+        );
         let claim = IdempotencyClaim {
             user_id: req.user_id,
             key: IdempotencyKey::parse("k").unwrap(),
@@ -704,26 +685,16 @@ async fn the_create_transaction_is_conditional_on_the_catalog_price_of_each_line
     system_tests::fixtures::seed_stock(&store, &sku("A"), 5, &eur(250)).await.unwrap();
     system_tests::fixtures::seed_stock(&store, &sku("B"), 1, &eur(250)).await.unwrap();
     let before = item_count(&store).await;
-    let order_with = |lines: Vec<(&str, u32, i64)>, currency: &str| Order {
-        order_id: OrderId::parse(format!("ord_{}", rand::random::<u32>())).unwrap(),
-        user_id: UserId::parse("u1").unwrap(),
-        status: OrderStatus::PendingPayment,
-        version: 1,
-        currency: Currency::parse(currency).unwrap(),
-        amount_total: lines.iter().map(|(_, q, p)| i64::from(*q) * p).sum(),
-        items: lines.iter().map(|(s, q, p)| OrderLine { sku: sku(s), qty: *q, unit_price: *p }).collect(),
-        coupon_id: None,
-        created_at: clock.now(),
-        expire_at: clock.now().plus(WINDOW),
-        expiry_rule_version: "v".into(),
-        cancel_requested_at: None,
-        expiring_soon_at: None,
-        points: 0,
-        payment_attempts: 0,
-        closing: None,
-        paid_by: None,
-        history: vec![],
-        checks: vec![],
+    let order_with = |lines: Vec<(&str, u32, i64)>, currency: &str| {
+        pending_order(
+            OrderId::parse(format!("ord_{}", rand::random::<u32>())).unwrap(),
+            UserId::parse("u1").unwrap(),
+            Currency::parse(currency).unwrap(),
+            lines.iter().map(|(s, q, p)| OrderLine { sku: sku(s), qty: *q, unit_price: *p }).collect(),
+            None,
+            clock.now(),
+            WINDOW,
+        )
     };
     let claim = |k: &str| IdempotencyClaim {
         user_id: UserId::parse("u1").unwrap(),
@@ -758,103 +729,6 @@ async fn the_create_transaction_is_conditional_on_the_catalog_price_of_each_line
     assert_eq!((stock(&store, "A").await, stock(&store, "B").await), ((5, 0), (1, 0)));
 }
 
-/// A store whose catalog changes right after the use case read it: the
-/// price of `sku` becomes `to` between the read and the transaction.
-#[derive(Clone)]
-struct RepricedAfterRead {
-    inner: DynamoStore,
-    sku: Sku,
-    to: Price,
-}
-
-#[async_trait::async_trait]
-impl OrderStore for RepricedAfterRead {
-    async fn create_order(
-        &self,
-        order: &Order,
-        caps: &Caps,
-        claim: &IdempotencyClaim,
-    ) -> Result<CreateResult, Unavailable> {
-        self.inner.create_order(order, caps, claim).await
-    }
-    async fn claimed_order(&self, u: &UserId, k: &IdempotencyKey) -> Result<Option<ClaimedOrder>, Unavailable> {
-        self.inner.claimed_order(u, k).await
-    }
-    async fn order(&self, id: &OrderId) -> Result<Option<Order>, Unavailable> {
-        self.inner.order(id).await
-    }
-    async fn order_record(&self, id: &OrderId) -> Result<Option<OrderRecord>, Unavailable> {
-        self.inner.order_record(id).await
-    }
-    async fn close_unpaid(&self, o: &Order, now: Timestamp) -> Result<Cas, Unavailable> {
-        self.inner.close_unpaid(o, now).await
-    }
-    async fn begin_closing(&self, o: &Order, l: &ClosingLease, now: Timestamp) -> Result<Cas, Unavailable> {
-        self.inner.begin_closing(o, l, now).await
-    }
-    async fn hold_closing(&self, o: &Order, until: Timestamp) -> Result<Cas, Unavailable> {
-        self.inner.hold_closing(o, until).await
-    }
-    async fn request_cancel(&self, o: &Order, now: Timestamp) -> Result<Cas, Unavailable> {
-        self.inner.request_cancel(o, now).await
-    }
-    async fn note_lazy_reminder(&self, o: &Order, now: Timestamp, every: Duration) -> Result<Cas, Unavailable> {
-        self.inner.note_lazy_reminder(o, now, every).await
-    }
-    async fn note_early_reminder(&self, o: &Order, until: Timestamp, now: Timestamp) -> Result<Cas, Unavailable> {
-        self.inner.note_early_reminder(o, until, now).await
-    }
-    async fn record_check(&self, id: &OrderId, c: &OperatorCheck) -> Result<Cas, Unavailable> {
-        self.inner.record_check(id, c).await
-    }
-    async fn effects_done(&self, id: &OrderId, s: OrderStatus) -> Result<Cas, Unavailable> {
-        self.inner.effects_done(id, s).await
-    }
-    async fn close_after_check(&self, o: &Order, now: Timestamp, cause: &str) -> Result<Cas, Unavailable> {
-        self.inner.close_after_check(o, now, cause).await
-    }
-    async fn release_reservation(
-        &self,
-        id: &OrderId,
-        r: &Reservation,
-        now: Timestamp,
-    ) -> Result<Moved<ReservationStatus>, Unavailable> {
-        self.inner.release_reservation(id, r, now).await
-    }
-    async fn confirm_reservation(
-        &self,
-        id: &OrderId,
-        r: &Reservation,
-        now: Timestamp,
-    ) -> Result<Moved<ReservationStatus>, Unavailable> {
-        self.inner.confirm_reservation(id, r, now).await
-    }
-    async fn end_coupon_lock(
-        &self,
-        id: &OrderId,
-        c: &CouponId,
-        to: CouponLockStatus,
-        reason: &str,
-        now: Timestamp,
-    ) -> Result<Moved<CouponLockStatus>, Unavailable> {
-        self.inner.end_coupon_lock(id, c, to, reason, now).await
-    }
-    async fn stock(&self, s: &Sku) -> Result<Option<Stock>, Unavailable> {
-        self.inner.stock(s).await
-    }
-    async fn stocks(&self, skus: &[Sku]) -> Result<Vec<Stock>, Unavailable> {
-        let read = self.inner.stocks(skus).await?;
-        operator(&self.inner, self.sku.as_str(), StockChange::Reprice(self.to.clone())).await.expect("repriced");
-        Ok(read)
-    }
-    async fn put_coupon(&self, c: &Coupon) -> Result<PutCoupon, Unavailable> {
-        self.inner.put_coupon(c).await
-    }
-    async fn coupon(&self, id: &CouponId) -> Result<Option<Coupon>, Unavailable> {
-        self.inner.coupon(id).await
-    }
-}
-
 #[tokio::test]
 async fn a_price_change_between_the_catalog_read_and_the_write_refuses_the_order_and_writes_nothing() {
     let store = store().await;
@@ -863,7 +737,11 @@ async fn a_price_change_between_the_catalog_read_and_the_write_refuses_the_order
     system_tests::fixtures::seed_stock(&store, &sku("B"), 5, &eur(100)).await.unwrap();
     let before = item_count(&store).await;
     let racing = CreateOrder {
-        store: RepricedAfterRead { inner: store.clone(), sku: sku("B"), to: eur(120) },
+        store: ChangedAfterRead::new(store.clone(), |s| {
+            Box::pin(async move {
+                operator(&s, "B", StockChange::Reprice(eur(120))).await.expect("repriced");
+            })
+        }),
         clock: Box::new(clock.clone()),
         ids: Box::new(RandomIds),
         window: WINDOW,

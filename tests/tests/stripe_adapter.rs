@@ -8,13 +8,14 @@
 //! and cursor.
 
 use order_core::domain::*;
+use order_core::ports::Clock;
 use order_core::ports::{ChannelPayment, ChannelStatement, PaymentChannel, RefundResult};
-use order_core::ports::{Clock, RandomIds};
 use order_core::store::{AttemptResult, OrderStore, PaymentAttempt, PaymentStore};
 use order_core::stripe::{client::API_VERSION, SecretKey, StripeChannel, StripeClient, StripeSettings};
 use order_core::usecases::close_order::{verdict_of, Verdict};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use system_tests::fixtures;
 use system_tests::recorded_stripe::{fixture, ok, serve, status, Answer, Seen};
 
 fn settings(url: &str) -> StripeSettings {
@@ -238,8 +239,7 @@ async fn without_a_created_filter_the_statement_drops_what_is_older_than_its_win
 /// the order is PAID — it never closes, nothing is ever released.
 #[tokio::test]
 async fn a_processing_intent_holds_its_order_until_it_resolves_and_then_the_order_is_paid() {
-    use order_core::usecases::close_order::{CloseOrder, CloseOutcome};
-    use order_core::usecases::create_order::CreateOrder;
+    use order_core::usecases::close_order::CloseOutcome;
     use system_tests::fakes::{FixedClock, RecordedReminders};
     use system_tests::CreateAsNamed;
 
@@ -248,14 +248,7 @@ async fn a_processing_intent_holds_its_order_until_it_resolves_and_then_the_orde
     let sku = Sku::parse("S").unwrap();
     system_tests::fixtures::seed_stock(&store, &sku, 5, &system_tests::fixtures::eur(2599)).await.unwrap();
     let clock = FixedClock::at(T0);
-    let create = CreateOrder {
-        store: store.clone(),
-        clock: Box::new(clock.clone()),
-        ids: Box::new(RandomIds),
-        window: Duration::from_secs(60),
-        expiry_rule_version: "t".into(),
-        open_order_cap: None,
-    };
+    let create = fixtures::creator(&store, &clock, Duration::from_secs(60), "t");
     let body =
         serde_json::json!({"user_id": "u1", "currency": "EUR", "items": [{"sku": "S", "qty": 1, "unit_price": 2599}]});
     let order = create.execute_as_named(Some("k-processing"), body.to_string().as_bytes()).await.unwrap().order;
@@ -283,15 +276,7 @@ async fn a_processing_intent_holds_its_order_until_it_resolves_and_then_the_orde
         ours("intent_processing"),
         ours("intent_succeeded"),
     ]);
-    let closer = CloseOrder {
-        store: store.clone(),
-        channel: channel(&url),
-        reminders: RecordedReminders::default(),
-        clock: Box::new(clock.clone()),
-        lease: Duration::from_secs(30),
-        not_found_grace: Duration::from_secs(10),
-        budget: order_core::usecases::close_order::DEFAULT_CLOSE_BUDGET,
-    };
+    let closer = fixtures::closer(&store, channel(&url), RecordedReminders::default(), &clock);
     let reserved = || async { store.stock(&sku).await.unwrap().unwrap().reserved };
     for minutes in [1, 3] {
         clock.set(T0 + minutes * 60_000 + 1);

@@ -1,10 +1,13 @@
-//! The Stripe channel under the races and failures a review found: a
-//! payment entry retried while a close or a second attempt concludes "not
-//! found", an intent Stripe denies after a key change, an amount Stripe
-//! refuses, an event naming an intent that is not the attempt's, a refund
-//! Stripe failed. Each test asserts the behaviour the invariant demands.
-//! Needs DynamoDB Local; the ones that pay run against the local stack's
-//! localstripe (`.local/stack.env`).
+//! The Stripe channel under races and failures: a payment entry replayed
+//! while a close or a second attempt concludes "not found" never leaves a
+//! payable intent behind an attempt recorded FAILED, and an intent handed
+//! out is never closed; an intent Stripe denies after a key change holds
+//! the order (and its event is failed so that Stripe sends it again); an
+//! amount Stripe refuses is a 422 naming why; an event naming another
+//! payment's intent pins nothing on the attempt; a refund Stripe failed is
+//! made again under a key of its own. Needs DynamoDB Local; the ones that
+//! pay run against the local stack's localstripe (`.local/stack.env`), the
+//! others against recorded Stripe answers.
 
 use async_trait::async_trait;
 use order_core::aws::dynamo::DynamoStore;
@@ -15,15 +18,13 @@ use order_core::ports::*;
 use order_core::store::{AttemptResult, OrderStore, PaymentAttempt, PaymentStore};
 use order_core::stripe::{SecretKey, StripeChannel, StripeClient, StripeSettings};
 use order_core::usecases::channel_events::{handle_channel_event, ChannelEvent};
-use order_core::usecases::close_order::{CloseOrder, CloseOutcome, DEFAULT_CLOSE_BUDGET};
-use order_core::usecases::create_order::CreateOrder;
-use order_core::usecases::payments::StartPayment;
+use order_core::usecases::close_order::{CloseOrder, CloseOutcome};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use system_tests::fakes::{FixedClock, RecordedReminders};
+use system_tests::fakes::{FixedClock, OpenFails, RecordedReminders};
+use system_tests::fixtures::{self, one_unit_order, payment_entry};
 use system_tests::recorded_stripe::{fixture, serve, Answer};
 use system_tests::stripe::{intent_of, Stripe, CARD_OK};
-use system_tests::CreateAsNamed;
 use tokio::sync::Notify;
 
 const GRACE: Duration = Duration::from_secs(60);
@@ -61,68 +62,23 @@ struct World {
 /// created at t0 with a payment window of `window`.
 async fn world(window: Duration, price: i64) -> World {
     let store = system_tests::fresh_table(&system_tests::dynamodb_local().await).await;
-    let sku = Sku::parse(format!("ATK{}", rand::random::<u32>())).unwrap();
-    system_tests::fixtures::seed_stock(&store, &sku, 5, &system_tests::fixtures::eur(price)).await.unwrap();
     let t0 = now_ms();
     let clock = FixedClock::at(t0);
-    let create = CreateOrder {
-        store: store.clone(),
-        clock: Box::new(clock.clone()),
-        ids: Box::new(RandomIds),
-        window,
-        expiry_rule_version: "t".into(),
-        open_order_cap: None,
-    };
-    let body = serde_json::json!({"user_id": "u1", "currency": "EUR",
-        "items": [{"sku": sku.as_str(), "qty": 1, "unit_price": price}]});
     let key = format!("k-{}", rand::random::<u32>());
-    let order = create.execute_as_named(Some(&key), body.to_string().as_bytes()).await.unwrap().order;
+    let order = one_unit_order(&store, &clock, "ATK", price, window, &key).await;
     World { store, clock, t0, order }
-}
-
-fn uc<'a, C: PaymentChannel>(
-    store: &'a DynamoStore,
-    ch: &'a C,
-    clock: &'a FixedClock,
-) -> StartPayment<'a, DynamoStore, C> {
-    StartPayment {
-        store,
-        channel: Some(ch),
-        clock,
-        ids: &RandomIds,
-        merchant_id: MERCHANT,
-        not_found_grace: GRACE,
-        until: None,
-    }
 }
 
 /// Stripe as it is during a 5xx/429 storm: the create never lands (the
 /// buyer's first request answers 500, the attempt is recorded, no intent id).
-#[derive(Clone)]
-struct StormOnOpen(StripeChannel);
-#[async_trait]
-impl PaymentChannel for StormOnOpen {
-    fn names(&self) -> Vec<&'static str> {
-        vec!["stripe"]
-    }
-    async fn open(&self, _: &PaymentAttempt, _: &str) -> Result<OpenedPayment, Unavailable> {
-        Err(Unavailable::new("Stripe create PaymentIntent", "Stripe answered 503 three times"))
-    }
-    async fn query(&self, a: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
-        self.0.query(a).await
-    }
-    async fn cancel(&self, a: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
-        self.0.cancel(a).await
-    }
-    async fn refund(&self, a: &PaymentAttempt, amt: i64, k: &str) -> Result<RefundResult, Unavailable> {
-        self.0.refund(a, amt, k).await
-    }
+fn storm_on_open(stripe: StripeChannel) -> OpenFails<StripeChannel> {
+    OpenFails { inner: stripe, what: "Stripe create PaymentIntent", why: "Stripe answered 503 three times" }
 }
 
 async fn first_request_lost_in_a_storm(w: &World) -> PaymentId {
-    let storm = StormOnOpen(localstripe());
+    let storm = storm_on_open(localstripe());
     let r = start_payment(
-        &uc(&w.store, &storm, &w.clock),
+        &payment_entry(&w.store, &storm, &w.clock, MERCHANT, GRACE),
         &w.order.user_id,
         w.order.order_id.as_str(),
         Some("k1"),
@@ -156,7 +112,7 @@ impl PaymentChannel for ReplayDuringSupersede {
     async fn query(&self, a: &PaymentAttempt) -> Result<ChannelPayment, Unavailable> {
         if a.channel_ref.is_none() && self.replay_secret.lock().unwrap().is_none() {
             let r = start_payment(
-                &uc(&self.store, &self.inner, &self.clock),
+                &payment_entry(&self.store, &self.inner, &self.clock, MERCHANT, GRACE),
                 &self.order.user_id,
                 self.order.order_id.as_str(),
                 Some("k1"),
@@ -193,7 +149,7 @@ async fn a_second_attempt_racing_a_replay_never_leaves_two_payable_intents() {
         replay_secret: Mutex::new(None),
     };
     let r2 = start_payment(
-        &uc(&w.store, &second, &w.clock),
+        &payment_entry(&w.store, &second, &w.clock, MERCHANT, GRACE),
         &w.order.user_id,
         w.order.order_id.as_str(),
         Some("k2"),
@@ -306,15 +262,16 @@ async fn a_close_racing_a_replay_never_closes_an_order_whose_intent_was_handed_o
     let (in_open, closer_asked) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
     let replay_ch = ReplaySide { inner: localstripe(), in_open: in_open.clone(), closer_asked: closer_asked.clone() };
     let closer = CloseOrder {
-        store: w.store.clone(),
-        channel: CloserSide { inner: localstripe(), store: w.store.clone(), closer_asked: closer_asked.clone() },
-        reminders: RecordedReminders::default(),
-        clock: Box::new(closer_clock.clone()),
         lease: Duration::from_secs(60),
         not_found_grace: GRACE,
-        budget: DEFAULT_CLOSE_BUDGET,
+        ..fixtures::closer(
+            &w.store,
+            CloserSide { inner: localstripe(), store: w.store.clone(), closer_asked: closer_asked.clone() },
+            RecordedReminders::default(),
+            &closer_clock,
+        )
     };
-    let replay_uc = uc(&w.store, &replay_ch, &replay_clock);
+    let replay_uc = payment_entry(&w.store, &replay_ch, &replay_clock, MERCHANT, GRACE);
     let (replayed, closed) = tokio::join!(
         start_payment(&replay_uc, &w.order.user_id, w.order.order_id.as_str(), Some("k1"), STRIPE_BODY),
         async {
@@ -379,13 +336,14 @@ async fn an_intent_stripe_denies_holds_the_order_instead_of_closing_it() {
     let (w, _a) = order_with_recorded_intent(Duration::from_secs(120)).await;
     let (url, seen) = serve(vec![no_such_intent(), no_such_intent(), no_such_intent()]);
     let closer = CloseOrder {
-        store: w.store.clone(),
-        channel: stripe_channel(&url, "sk_test_rotated", false),
-        reminders: RecordedReminders::default(),
-        clock: Box::new(FixedClock::at(w.order.expire_at.unix_millis() + 1_000)),
         lease: Duration::from_secs(60),
         not_found_grace: GRACE,
-        budget: DEFAULT_CLOSE_BUDGET,
+        ..fixtures::closer(
+            &w.store,
+            stripe_channel(&url, "sk_test_rotated", false),
+            RecordedReminders::default(),
+            &FixedClock::at(w.order.expire_at.unix_millis() + 1_000),
+        )
     };
     let out = closer.close(&w.order.order_id, "wake-up").await.unwrap();
     let requests: Vec<String> = seen.lock().unwrap().iter().map(|s| format!("{} {}", s.method, s.path())).collect();
@@ -430,7 +388,7 @@ async fn an_amount_stripe_refuses_is_a_422_naming_why_and_leaves_no_payable_atte
     let mut answers = vec![];
     for i in 0..6 {
         let r = start_payment(
-            &uc(&w.store, &ch, &w.clock),
+            &payment_entry(&w.store, &ch, &w.clock, MERCHANT, GRACE),
             &w.order.user_id,
             w.order.order_id.as_str(),
             Some(&format!("free-{i}")),
@@ -483,9 +441,9 @@ async fn an_event_whose_intent_is_another_payments_pins_nothing_on_the_attempt()
 
 /// As `first_request_lost_in_a_storm`, without localstripe.
 async fn first_request_lost_in_a_storm_offline(w: &World) -> PaymentId {
-    let storm = StormOnOpen(stripe_channel("http://127.0.0.1:9", "sk_test_x", false));
+    let storm = storm_on_open(stripe_channel("http://127.0.0.1:9", "sk_test_x", false));
     let r = start_payment(
-        &uc(&w.store, &storm, &w.clock),
+        &payment_entry(&w.store, &storm, &w.clock, MERCHANT, GRACE),
         &w.order.user_id,
         w.order.order_id.as_str(),
         Some("k1"),

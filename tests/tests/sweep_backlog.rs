@@ -1,28 +1,31 @@
-//! The sweep under a backlog (issue 16, finding 5): how many calls one run
-//! has in flight however large the backlog (fakes, no DynamoDB), a stored
-//! cursor the service rejects (DynamoDB Local), and 10,000 due orders
-//! drained by the sweep alone, with no wake-up at all (DynamoDB Local, the
-//! production client settings; it prints each run's duration). The drain
-//! runs alone (nextest's `ten_thousand` filter), best on a fresh DynamoDB
-//! Local: one already holding many earlier runs' tables, on a busy machine,
-//! took 205 s to plant the orders instead of 5–11 s.
+//! The sweep under a backlog: how many calls one run has in flight however
+//! large the backlog of due orders or pending effects (fakes, no DynamoDB;
+//! effects handed on ten to a call), a pending effect handed off once per
+//! visibility timeout rather than once per run, a stored cursor the service
+//! rejects or of the wrong shape dropped and the shard swept from the top
+//! (DynamoDB Local), and 10,000 due orders drained by the sweep alone, with
+//! no wake-up at all (DynamoDB Local, the production client settings; it
+//! prints each run's duration). The drain runs alone (nextest's
+//! `ten_thousand` filter), best on a fresh DynamoDB Local: one already
+//! holding many earlier runs' tables, on a busy machine, took 205 s to plant
+//! the orders instead of 5–11 s.
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::{AttributeValue as Av, PutRequest, WriteRequest};
+use aws_sdk_dynamodb::types::AttributeValue as Av;
 use order_core::aws::dynamo::{keys, DueShards, DynamoStore};
 use order_core::domain::*;
 use order_core::ports::*;
 use order_core::store::*;
-use order_core::usecases::close_order::{CloseOrder, CloseOutcome, DEFAULT_CLOSE_BUDGET};
+use order_core::usecases::close_order::{CloseOrder, CloseOutcome};
 use order_core::usecases::create_order::CreateOrder;
 use order_core::usecases::sweep::{sweep, SweepConfig};
 use serde_json::json;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use system_tests::fakes::*;
-use system_tests::fixtures::eur;
+use system_tests::fixtures::{self, eur};
 use system_tests::CreateAsNamed;
 use system_tests::{dynamodb_local, fresh_table};
 
@@ -279,14 +282,7 @@ async fn a_backlog_of_pending_effects_is_handed_on_ten_to_a_call_within_the_boun
 // ---- DynamoDB Local
 
 fn creator(store: &DynamoStore, clock: &dyn Clock) -> CreateOrder<DynamoStore> {
-    CreateOrder {
-        store: store.clone(),
-        clock: Box::new(FixedClock::at(clock.now().unix_millis())),
-        ids: Box::new(RandomIds),
-        window: WINDOW,
-        expiry_rule_version: "w60".into(),
-        open_order_cap: None,
-    }
+    fixtures::creator(&store, &FixedClock::at(clock.now().unix_millis()), WINDOW, "w60")
 }
 
 async fn order_at(store: &DynamoStore, clock: &dyn Clock) -> Order {
@@ -403,31 +399,17 @@ async fn plant_open_orders(store: &DynamoStore, template: &Order, count: usize) 
         .item
         .unwrap();
     let ids: Vec<OrderId> = (0..count).map(|i| OrderId::parse(format!("ord_drain{i:05}")).unwrap()).collect();
-    let writes: Vec<WriteRequest> = ids
+    let copies = ids
         .iter()
         .map(|id| {
             let mut copy = item.clone();
             copy.insert("pk".into(), Av::S(keys::order(id)));
             copy.insert("order_id".into(), Av::S(id.to_string()));
             copy.insert("due_shard".into(), Av::S(keys::due_shard(id, store.shards().count)));
-            WriteRequest::builder().put_request(PutRequest::builder().set_item(Some(copy)).build().unwrap()).build()
+            copy
         })
         .collect();
-    for group in writes.chunks(25 * 16) {
-        let puts = group.chunks(25).map(|chunk| {
-            let (client, table) = (store.client().clone(), store.table().to_owned());
-            let chunk = chunk.to_vec();
-            async move {
-                let mut pending = HashMap::from([(table, chunk)]);
-                while !pending.is_empty() {
-                    let out = client.batch_write_item().set_request_items(Some(pending)).send().await.unwrap();
-                    pending =
-                        out.unprocessed_items.unwrap_or_default().into_iter().filter(|(_, v)| !v.is_empty()).collect();
-                }
-            }
-        });
-        futures_util::future::join_all(puts).await;
-    }
+    system_tests::batch_put(store, copies).await;
     ids
 }
 
@@ -437,13 +419,8 @@ async fn plant_open_orders(store: &DynamoStore, template: &Order, count: usize) 
 async fn close_all(store: &DynamoStore, clock: &ShiftedClock, ids: Vec<OrderId>) -> usize {
     use futures_util::StreamExt;
     let closer = CloseOrder {
-        store: store.clone(),
-        channel: ScriptedChannel::default(),
-        reminders: RecordedReminders::default(),
-        clock: Box::new(clock.clone()),
-        lease: Duration::from_secs(30),
         not_found_grace: Duration::from_secs(30),
-        budget: DEFAULT_CLOSE_BUDGET,
+        ..fixtures::closer(store, ScriptedChannel::default(), RecordedReminders::default(), clock)
     };
     let closer = &closer;
     futures_util::stream::iter(ids)

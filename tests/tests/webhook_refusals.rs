@@ -1,9 +1,10 @@
 //! The webhook's refusals of junk, through the production handler
 //! (`handlers::http::payment_webhook`) without a stack: the source list
-//! (`WebhookSourceCidrs`) is applied before the size and the signature, a
-//! refusal is a 4xx `{"error":{"code","message"}}`, and none of them reaches
-//! the store (its client points at a closed port, so a call would fail the
-//! request with 500). Issue 16, finding 6; the cost of each refusal is
+//! (`WebhookSourceCidrs`) is applied before the size and the signature (and
+//! not to the sandbox channel; without a list every address reaches the
+//! signature check), a refusal is a 4xx `{"error":{"code","message"}}`, and
+//! none of them reaches the store (its client points at a closed port, so a
+//! call would fail the request with 500). The cost of each refusal is
 //! measured by `tests/benches/webhook_reject.rs`.
 
 use lambda_http::Request;
