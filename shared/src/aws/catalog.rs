@@ -6,14 +6,13 @@
 //! the record of its key and writes nothing, where the old
 //! `available = available + :d` was applied once per send.
 
-use super::dynamo::{from_item, key, keys, n, s, to_item, unavailable, DynamoStore, Item};
+use super::dynamo::{from_item, key, keys, n, s, to_item, DynamoStore, Item};
 use crate::domain::*;
 use crate::ports::Unavailable;
 use crate::store::{StockLedger, StockWritten};
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::{
-    AttributeValue as Av, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
-};
+use aws_sdk_dynamodb::types::builders::UpdateBuilder;
+use aws_sdk_dynamodb::types::{AttributeValue as Av, ReturnValuesOnConditionCheckFailure, Update};
 
 /// The update of the SKU's record for `change`, with its condition.
 /// `supplied` and `changes` move by the change's delta and by one, added
@@ -21,134 +20,164 @@ use aws_sdk_dynamodb::types::{
 /// each other; only the first change of a SKU seeded before changes were
 /// recorded sets them (from its baseline), and only once.
 fn stock_update(store: &DynamoStore, c: &StockChangeRecord) -> Update {
-    let mut u = Update::builder()
-        .table_name(store.table())
-        .set_key(Some(key(keys::sku(&c.sku), keys::STOCK_SK)))
-        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-    let mut set: Vec<&str> = Vec::new();
-    let mut add: Vec<&str> = Vec::new();
-    let mut conditions: Vec<&str> = Vec::new();
+    let mut w = StockWrite {
+        u: Update::builder()
+            .table_name(store.table())
+            .set_key(Some(key(keys::sku(&c.sku), keys::STOCK_SK)))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld),
+        set: Vec::new(),
+        add: Vec::new(),
+        remove: Vec::new(),
+        conditions: Vec::new(),
+    };
     match c.kind {
-        StockChangeKind::Seed => {
-            u = u
-                .expression_attribute_values(":a", n(c.available_after.unwrap_or(c.delta)))
-                .expression_attribute_values(":zero", n(0))
-                .expression_attribute_values(":one", n(1))
-                .expression_attribute_values(":sku", s(c.sku.as_str()))
-                .expression_attribute_values(":e", s("STOCK"));
-            set.extend([
-                "available = :a",
-                "reserved = :zero",
-                "sold = :zero",
-                "sku = :sku",
-                "entity = :e",
-                "supplied = :a",
-                "changes = :one",
-            ]);
-            conditions.push("attribute_not_exists(pk)");
-        }
-        kind => {
-            conditions.push("attribute_exists(pk)");
-            match c.baseline {
-                // The history starts here: only if no other change started it.
-                Some(b) => {
-                    u = u
-                        .expression_attribute_values(":supplied", n(b + c.delta))
-                        .expression_attribute_values(":one", n(1));
-                    set.extend(["supplied = :supplied", "changes = :one"]);
-                    conditions.push("attribute_not_exists(changes)");
-                }
-                None => {
-                    u = u.expression_attribute_values(":d", n(c.delta)).expression_attribute_values(":one", n(1));
-                    add.extend(["supplied :d", "changes :one"]);
-                    conditions.push("attribute_exists(changes)");
-                }
-            }
-            match kind {
-                StockChangeKind::Swap => {
-                    u = u
-                        .expression_attribute_values(":a", n(c.available_after.unwrap_or_default()))
-                        .expression_attribute_values(":was", n(c.available_before.unwrap_or_default()));
-                    set.push("available = :a");
-                    conditions.push("available = :was");
-                }
-                StockChangeKind::Adjust => {
-                    // Condition expressions have no arithmetic: `available +
-                    // d >= 0` is written as `available >= -d`.
-                    u = u
-                        .expression_attribute_values(":delta", n(c.delta))
-                        .expression_attribute_values(":min", n(c.delta.saturating_neg().max(0)));
-                    set.push("available = available + :delta");
-                    conditions.push("available >= :min");
-                }
-                _ => {}
-            }
-        }
+        StockChangeKind::Seed => w.seed(c),
+        kind => w.change(c, kind),
     }
-    // Every change (re)lists the SKU in the catalog partition of the
-    // reconcile index, so the day run's catalog piece finds it by a Query;
-    // a SKU no operator changed since the index existed is listed by its
-    // next change (docs/reconciliation.md, "Backfill").
-    set.extend(["recon_part = :catalog", "recon_at = :sku_key"]);
-    u = u
-        .expression_attribute_values(":catalog", s(keys::CATALOG_PART))
-        .expression_attribute_values(":sku_key", s(keys::sku(&c.sku)));
-    if let Some(price) = &c.price {
-        set.extend(["price = :price", "currency = :currency"]);
-        u = u
-            .expression_attribute_values(":price", n(price.amount))
-            .expression_attribute_values(":currency", s(price.currency.as_str()));
-    }
-    let mut remove: Vec<&str> = Vec::new();
-    match c.purchase_limit {
-        Some(0) => remove.push("purchase_limit"),
-        Some(limit) => {
-            set.push("purchase_limit = :limit");
-            u = u.expression_attribute_values(":limit", n(limit));
-        }
-        None => {}
-    }
-    match &c.category {
-        Some(Some(category)) => {
-            set.push("category = :category");
-            u = u.expression_attribute_values(":category", s(category.as_str()));
-        }
-        Some(None) => remove.push("category"),
-        None => {}
-    }
-    match &c.tags {
-        Some(tags) if !tags.is_empty() => {
-            set.push("tags = :tags");
-            u = u.expression_attribute_values(":tags", Av::L(tags.iter().map(|t| s(t.as_str())).collect()));
-        }
-        Some(_) => remove.push("tags"),
-        None => {}
-    }
-    let mut expr = String::new();
-    if !set.is_empty() {
-        expr = format!("SET {}", set.join(", "));
-    }
-    if !add.is_empty() {
-        expr.push_str(&format!(" ADD {}", add.join(", ")));
-    }
-    if !remove.is_empty() {
-        expr.push_str(&format!(" REMOVE {}", remove.join(", ")));
-    }
-    u.update_expression(expr.trim()).condition_expression(conditions.join(" AND ")).build().expect("complete update")
+    w.catalog_entry(c);
+    w.build()
 }
 
-/// The audit record, written only if its key was never used for the SKU.
-fn record_put(store: &DynamoStore, c: &StockChangeRecord) -> Put {
+/// An update of a SKU's stock record as it is put together: the clauses of
+/// its expression and its conditions, in the order they are written, and
+/// the builder holding the values they bind.
+struct StockWrite {
+    u: UpdateBuilder,
+    set: Vec<&'static str>,
+    add: Vec<&'static str>,
+    remove: Vec<&'static str>,
+    conditions: Vec<&'static str>,
+}
+
+impl StockWrite {
+    fn value(&mut self, name: &str, value: Av) {
+        self.u = std::mem::take(&mut self.u).expression_attribute_values(name, value);
+    }
+
+    /// A new SKU: its counters start at the seeded stock.
+    fn seed(&mut self, c: &StockChangeRecord) {
+        self.value(":a", n(c.available_after.unwrap_or(c.delta)));
+        self.value(":zero", n(0));
+        self.value(":one", n(1));
+        self.value(":sku", s(c.sku.as_str()));
+        self.value(":e", s("STOCK"));
+        self.set.extend([
+            "available = :a",
+            "reserved = :zero",
+            "sold = :zero",
+            "sku = :sku",
+            "entity = :e",
+            "supplied = :a",
+            "changes = :one",
+        ]);
+        self.conditions.push("attribute_not_exists(pk)");
+    }
+
+    /// A change of an existing SKU: its history, and its available stock
+    /// swapped or adjusted.
+    fn change(&mut self, c: &StockChangeRecord, kind: StockChangeKind) {
+        self.conditions.push("attribute_exists(pk)");
+        match c.baseline {
+            // The history starts here: only if no other change started it.
+            Some(b) => {
+                self.value(":supplied", n(b + c.delta));
+                self.value(":one", n(1));
+                self.set.extend(["supplied = :supplied", "changes = :one"]);
+                self.conditions.push("attribute_not_exists(changes)");
+            }
+            None => {
+                self.value(":d", n(c.delta));
+                self.value(":one", n(1));
+                self.add.extend(["supplied :d", "changes :one"]);
+                self.conditions.push("attribute_exists(changes)");
+            }
+        }
+        match kind {
+            StockChangeKind::Swap => {
+                self.value(":a", n(c.available_after.unwrap_or_default()));
+                self.value(":was", n(c.available_before.unwrap_or_default()));
+                self.set.push("available = :a");
+                self.conditions.push("available = :was");
+            }
+            StockChangeKind::Adjust => {
+                // Condition expressions have no arithmetic: `available +
+                // d >= 0` is written as `available >= -d`.
+                self.value(":delta", n(c.delta));
+                self.value(":min", n(c.delta.saturating_neg().max(0)));
+                self.set.push("available = available + :delta");
+                self.conditions.push("available >= :min");
+            }
+            _ => {}
+        }
+    }
+
+    /// The SKU's listing in the catalog: its reconcile-index entry, and the
+    /// price, purchase limit, category and tags the change sets or clears.
+    fn catalog_entry(&mut self, c: &StockChangeRecord) {
+        // Every change (re)lists the SKU in the catalog partition of the
+        // reconcile index, so the day run's catalog piece finds it by a Query;
+        // a SKU no operator changed since the index existed is listed by its
+        // next change (docs/reconciliation.md, "Backfill").
+        self.set.extend(["recon_part = :catalog", "recon_at = :sku_key"]);
+        self.value(":catalog", s(keys::CATALOG_PART));
+        self.value(":sku_key", s(keys::sku(&c.sku)));
+        if let Some(price) = &c.price {
+            self.set.extend(["price = :price", "currency = :currency"]);
+            self.value(":price", n(price.amount));
+            self.value(":currency", s(price.currency.as_str()));
+        }
+        match c.purchase_limit {
+            Some(0) => self.remove.push("purchase_limit"),
+            Some(limit) => {
+                self.set.push("purchase_limit = :limit");
+                self.value(":limit", n(limit));
+            }
+            None => {}
+        }
+        match &c.category {
+            Some(Some(category)) => {
+                self.set.push("category = :category");
+                self.value(":category", s(category.as_str()));
+            }
+            Some(None) => self.remove.push("category"),
+            None => {}
+        }
+        match &c.tags {
+            Some(tags) if !tags.is_empty() => {
+                self.set.push("tags = :tags");
+                self.value(":tags", Av::L(tags.iter().map(|t| s(t.as_str())).collect()));
+            }
+            Some(_) => self.remove.push("tags"),
+            None => {}
+        }
+    }
+
+    fn build(self) -> Update {
+        let mut expr = String::new();
+        if !self.set.is_empty() {
+            expr = format!("SET {}", self.set.join(", "));
+        }
+        if !self.add.is_empty() {
+            expr.push_str(&format!(" ADD {}", self.add.join(", ")));
+        }
+        if !self.remove.is_empty() {
+            expr.push_str(&format!(" REMOVE {}", self.remove.join(", ")));
+        }
+        self.u
+            .update_expression(expr.trim())
+            .condition_expression(self.conditions.join(" AND "))
+            .build()
+            .expect("complete update")
+    }
+}
+
+/// The audit record, written only if its key was never used for the SKU
+/// (see [`DynamoStore::write_with_record`]).
+fn record_item(c: &StockChangeRecord) -> Item {
     let mut item = to_item(c);
     item.extend(key(keys::sku(&c.sku), &keys::stock_change_sk(&c.key)));
     item.insert("entity".into(), s("STOCK_CHANGE"));
-    Put::builder()
-        .table_name(store.table())
-        .set_item(Some(item))
-        .condition_expression("attribute_not_exists(pk)")
-        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-        .build()
-        .expect("complete put")
+    item
 }
 
 /// An item the service handed back, decoded; an empty one (a record that
@@ -221,15 +250,11 @@ impl DynamoStore {
 #[async_trait]
 impl StockLedger for DynamoStore {
     async fn change_stock(&self, c: &StockChangeRecord) -> Result<StockWritten, Unavailable> {
-        let items = vec![
-            TransactWriteItem::builder().update(stock_update(self, c)).build(),
-            TransactWriteItem::builder().put(record_put(self, c)).build(),
-        ];
-        let mut failed = match self.transact_items(items, "change stock").await? {
-            Ok(()) => return Ok(StockWritten::Applied),
-            Err(failed) => failed.into_iter(),
+        let Some((stock, record)) =
+            self.write_with_record(stock_update(self, c), record_item(c), "change stock").await?
+        else {
+            return Ok(StockWritten::Applied);
         };
-        let (stock, record) = (failed.next().flatten(), failed.next().flatten());
         // The key's record exists: this change (or an earlier request with
         // the same key) was applied; its record says which.
         if let Some(done) = decoded::<StockChangeRecord>(record, "stock change record")? {
@@ -243,29 +268,6 @@ impl StockLedger for DynamoStore {
     }
 
     async fn stock_changes(&self, sku: &Sku) -> Result<Vec<StockChangeRecord>, Unavailable> {
-        let mut out: Vec<StockChangeRecord> = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client()
-                .query()
-                .table_name(self.table())
-                .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
-                .expression_attribute_values(":pk", s(keys::sku(sku)))
-                .expression_attribute_values(":prefix", s(keys::STOCK_CHANGE_PREFIX))
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(unavailable("read stock changes"))?;
-            for item in page.items.unwrap_or_default() {
-                out.push(from_item(item, "stock change record")?);
-            }
-            match page.last_evaluated_key {
-                Some(k) => start = Some(k),
-                None => break,
-            }
-        }
-        Ok(out)
+        self.records_under(keys::sku(sku), keys::STOCK_CHANGE_PREFIX, "read stock changes", "stock change record").await
     }
 }

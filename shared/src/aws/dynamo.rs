@@ -9,6 +9,8 @@ use crate::ports::Unavailable;
 use crate::store::*;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
+use aws_sdk_dynamodb::operation::scan::builders::ScanFluentBuilder;
 use aws_sdk_dynamodb::types::{
     AttributeValue as Av, CancellationReason, KeysAndAttributes, Put, ReturnValuesOnConditionCheckFailure,
     TransactWriteItem, Update,
@@ -182,6 +184,69 @@ where
     E: std::error::Error + Send + Sync + 'static,
 {
     move |e| Unavailable::new(context, e)
+}
+
+/// A transaction item that writes `item` whole, on `condition` if any.
+pub(crate) fn put(table: &str, item: Item, condition: Option<&str>) -> TransactWriteItem {
+    let mut p = Put::builder().table_name(table).set_item(Some(item));
+    if let Some(c) = condition {
+        p = p.condition_expression(c);
+    }
+    TransactWriteItem::builder().put(p.build().expect("complete put")).build()
+}
+
+/// One page of a query or a scan: its items, and the key the next page
+/// starts after (`None`: this was the last).
+type Page = (Vec<Item>, Option<Item>);
+
+/// Reads page after page, handing each item to `each` as its page
+/// arrives; the first error (the read's, or one `each` returns) ends it.
+async fn each_paged<Fut, E>(
+    context: &'static str,
+    mut page: impl FnMut(Option<Item>) -> Fut,
+    mut each: impl FnMut(Item) -> Result<(), Unavailable>,
+) -> Result<(), Unavailable>
+where
+    Fut: std::future::Future<Output = Result<Page, E>>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let mut start = None;
+    loop {
+        let (items, next) = page(start.take()).await.map_err(unavailable(context))?;
+        for item in items {
+            each(item)?;
+        }
+        match next {
+            Some(k) => start = Some(k),
+            None => return Ok(()),
+        }
+    }
+}
+
+/// Every item `query` finds, page by page (see [`each_paged`]).
+pub(crate) async fn each_queried(
+    query: QueryFluentBuilder,
+    context: &'static str,
+    each: impl FnMut(Item) -> Result<(), Unavailable>,
+) -> Result<(), Unavailable> {
+    let page = |start: Option<Item>| {
+        let query = query.clone().set_exclusive_start_key(start);
+        async move { query.send().await.map(|out| (out.items.unwrap_or_default(), out.last_evaluated_key)) }
+    };
+    each_paged(context, page, each).await
+}
+
+/// Every item `scan` finds, page by page (see [`each_paged`]).
+pub(crate) async fn each_scanned(
+    scan: ScanFluentBuilder,
+    context: &'static str,
+    each: impl FnMut(Item) -> Result<(), Unavailable>,
+) -> Result<(), Unavailable> {
+    let page = |start: Option<Item>| {
+        let scan = scan.clone().set_exclusive_start_key(start);
+        async move { scan.send().await.map(|out| (out.items.unwrap_or_default(), out.last_evaluated_key)) }
+    };
+    each_paged(context, page, each).await
 }
 
 /// `<attr> IN (:from0, :from1, …)` over the source states of a domain
@@ -418,6 +483,36 @@ impl DynamoStore {
         }
     }
 
+    /// A ledger's write: the update of its row (`row`) and the change's
+    /// audit record (`record`, with its key), in one transaction; the
+    /// record is written only if its key was never used, and handed back
+    /// when it was. `None` when both were written; when cancelled, the
+    /// row's and the record's old items (`None`, or empty, where the engine
+    /// returned none).
+    pub(crate) async fn write_with_record(
+        &self,
+        row: Update,
+        record: Item,
+        context: &'static str,
+    ) -> Result<Option<(Option<Item>, Option<Item>)>, Unavailable> {
+        let record = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(record))
+            .condition_expression("attribute_not_exists(pk)")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .expect("complete put");
+        let items =
+            vec![TransactWriteItem::builder().update(row).build(), TransactWriteItem::builder().put(record).build()];
+        match self.transact_items(items, context).await? {
+            Ok(()) => Ok(None),
+            Err(failed) => {
+                let mut failed = failed.into_iter();
+                Ok(Some((failed.next().flatten(), failed.next().flatten())))
+            }
+        }
+    }
+
     fn order_item(&self, order: &Order) -> Item {
         let mut item = to_item(order);
         item.extend(key(keys::order(&order.order_id), keys::ORDER_SK));
@@ -435,13 +530,21 @@ impl DynamoStore {
         &self,
         order: &Order,
     ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.order_item_update(&order.order_id)
+            .expression_attribute_values(":v", n(order.version))
+            .expression_attribute_values(":one", n(1))
+    }
+
+    /// An update of `order_id`'s order item, `#status` naming its status.
+    fn order_item_update(
+        &self,
+        order_id: &OrderId,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
         self.client
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(key(keys::order(&order.order_id), keys::ORDER_SK)))
+            .set_key(Some(key(keys::order(order_id), keys::ORDER_SK)))
             .expression_attribute_names("#status", "status")
-            .expression_attribute_values(":v", n(order.version))
-            .expression_attribute_values(":one", n(1))
     }
 
     /// A compare-and-swap that knows its own write. Each write carries a
@@ -478,6 +581,32 @@ impl DynamoStore {
             }
             Err(e) => Err(Unavailable::new(context, e)),
         }
+    }
+
+    /// Every record of partition `pk` whose sort key starts with `prefix`
+    /// (strongly consistent reads), decoded, in sort-key order.
+    pub(crate) async fn records_under<T: serde::de::DeserializeOwned>(
+        &self,
+        pk: String,
+        prefix: &str,
+        context: &'static str,
+        what: &'static str,
+    ) -> Result<Vec<T>, Unavailable> {
+        let query = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
+            .expression_attribute_values(":pk", s(pk))
+            .expression_attribute_values(":prefix", s(prefix))
+            .consistent_read(true);
+        let mut out = Vec::new();
+        each_queried(query, context, |item| {
+            out.push(from_item(item, what)?);
+            Ok(())
+        })
+        .await?;
+        Ok(out)
     }
 
     /// A strongly consistent read of one record, decoded.
@@ -576,46 +705,8 @@ impl OrderStore for DynamoStore {
     ) -> Result<CreateResult, Unavailable> {
         let now = order.created_at;
         let mut items = Vec::with_capacity(2 + 2 * order.items.len() + 2);
-        let mut idem = key(keys::idempotency(&claim.user_id, &claim.key), keys::IDEM_SK);
-        idem.insert("entity".into(), s("IDEMPOTENCY_KEY"));
-        idem.insert("request_hash".into(), s(&claim.request_hash));
-        idem.insert("order_id".into(), s(order.order_id.as_str()));
-        idem.insert("created_at".into(), s(now.to_string()));
-        items.push(
-            TransactWriteItem::builder()
-                .put(
-                    Put::builder()
-                        .table_name(&self.table)
-                        .set_item(Some(idem))
-                        .condition_expression("attribute_not_exists(pk)")
-                        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-                        .build()
-                        .expect("complete put"),
-                )
-                .build(),
-        );
-        let mut order_item = self.order_item(order);
-        order_item.insert(
-            "history".into(),
-            Av::L(vec![Av::M(to_item(&StatusChange {
-                at: now,
-                from: None,
-                to: OrderStatus::PendingPayment,
-                cause: "created".into(),
-            }))]),
-        );
-        items.push(
-            TransactWriteItem::builder()
-                .put(
-                    Put::builder()
-                        .table_name(&self.table)
-                        .set_item(Some(order_item))
-                        .condition_expression("attribute_not_exists(pk)")
-                        .build()
-                        .expect("complete put"),
-                )
-                .build(),
-        );
+        items.push(self.claim_put(order, claim));
+        items.push(put(&self.table, self.new_order_item(order), Some("attribute_not_exists(pk)")));
         // Index of the transaction item that decrements each SKU's stock,
         // so a cancellation reason can be traced back to the SKU.
         let mut stock_index = Vec::new();
@@ -634,49 +725,13 @@ impl OrderStore for DynamoStore {
             }
         }
         for r in &holdings {
-            let mut res = to_item(r);
-            res.extend(key(keys::order(&order.order_id), &r.sort_key()));
-            res.insert("entity".into(), s("RESERVATION"));
-            res.insert("version".into(), n(1));
-            res.insert("reserved_at".into(), s(now.to_string()));
-            items.push(
-                TransactWriteItem::builder()
-                    .put(Put::builder().table_name(&self.table).set_item(Some(res)).build().expect("complete put"))
-                    .build(),
-            );
+            items.push(put(&self.table, reservation_item(order, r, now), None));
         }
         let mut coupon_index = None;
         if let Some(coupon_id) = &order.coupon_id {
             coupon_index = Some(items.len());
-            items.push(
-                TransactWriteItem::builder()
-                    .update(
-                        Update::builder()
-                            .table_name(&self.table)
-                            .set_key(Some(key(keys::coupon(coupon_id), keys::COUPON_SK)))
-                            .update_expression("SET #state = :locked, locked_by = :o")
-                            .condition_expression("#state = :available AND user_id = :u AND valid_until > :now")
-                            .expression_attribute_names("#state", "state")
-                            .expression_attribute_values(":locked", s("LOCKED"))
-                            .expression_attribute_values(":available", s("AVAILABLE"))
-                            .expression_attribute_values(":o", s(order.order_id.as_str()))
-                            .expression_attribute_values(":u", s(order.user_id.as_str()))
-                            .expression_attribute_values(":now", s(now.to_string()))
-                            .build()
-                            .expect("complete update"),
-                    )
-                    .build(),
-            );
-            let mut lock =
-                to_item(&CouponLock { coupon_id: coupon_id.clone(), status: CouponLockStatus::Locked, reason: None });
-            lock.extend(key(keys::order(&order.order_id), &keys::coupon_lock_sk(coupon_id)));
-            lock.insert("entity".into(), s("COUPON_LOCK"));
-            lock.insert("locked_at".into(), s(now.to_string()));
-            items.push(
-                TransactWriteItem::builder()
-                    .put(Put::builder().table_name(&self.table).set_item(Some(lock)).build().expect("complete put"))
-                    .build(),
-            );
+            items.push(TransactWriteItem::builder().update(self.lock_coupon(order, coupon_id)).build());
+            items.push(put(&self.table, coupon_lock_item(order, coupon_id, now), None));
         }
 
         match self.transact_items(items, "create order transaction").await? {
@@ -707,26 +762,19 @@ impl OrderStore for DynamoStore {
     }
 
     async fn order_record(&self, order_id: &OrderId) -> Result<Option<OrderRecord>, Unavailable> {
+        let query = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(":pk", s(keys::order(order_id)))
+            .consistent_read(true);
         let mut items = Vec::new();
-        let mut start: Option<Item> = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk")
-                .expression_attribute_values(":pk", s(keys::order(order_id)))
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(unavailable("query order record"))?;
-            items.extend(out.items.unwrap_or_default());
-            match out.last_evaluated_key {
-                Some(k) => start = Some(k),
-                None => break,
-            }
-        }
+        each_queried(query, "query order record", |item| {
+            items.push(item);
+            Ok(())
+        })
+        .await?;
         Self::assemble(items)
     }
 
@@ -811,16 +859,12 @@ impl OrderStore for DynamoStore {
 
     async fn note_lazy_reminder(&self, order: &Order, now: Timestamp, every: Duration) -> Result<Cas, Unavailable> {
         let req = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key(keys::order(&order.order_id), keys::ORDER_SK)))
+            .order_item_update(&order.order_id)
             .update_expression("SET lazy_reminder_at = :now")
             .condition_expression(format!(
                 "#status = :pending AND {DUE} AND \
                  (attribute_not_exists(lazy_reminder_at) OR lazy_reminder_at <= :before)"
             ))
-            .expression_attribute_names("#status", "status")
             .expression_attribute_values(":pending", s(OrderStatus::PendingPayment.as_str()))
             .expression_attribute_values(":now", s(now.to_string()))
             .expression_attribute_values(":before", s(now.minus(every).to_string()));
@@ -829,15 +873,11 @@ impl OrderStore for DynamoStore {
 
     async fn note_early_reminder(&self, order: &Order, until: Timestamp, now: Timestamp) -> Result<Cas, Unavailable> {
         let req = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key(keys::order(&order.order_id), keys::ORDER_SK)))
+            .order_item_update(&order.order_id)
             .update_expression("SET early_reminder_until = :until")
             .condition_expression(
                 "#status = :pending AND (attribute_not_exists(early_reminder_until) OR early_reminder_until <= :now)",
             )
-            .expression_attribute_names("#status", "status")
             .expression_attribute_values(":pending", s(OrderStatus::PendingPayment.as_str()))
             .expression_attribute_values(":until", s(until.to_string()))
             .expression_attribute_values(":now", s(now.to_string()));
@@ -864,13 +904,9 @@ impl OrderStore for DynamoStore {
 
     async fn effects_done(&self, order_id: &OrderId, status: OrderStatus) -> Result<Cas, Unavailable> {
         let req = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key(keys::order(order_id), keys::ORDER_SK)))
+            .order_item_update(order_id)
             .update_expression("REMOVE due_shard, due_at")
             .condition_expression("#status = :final AND begins_with(due_shard, :fx)")
-            .expression_attribute_names("#status", "status")
             .expression_attribute_values(":final", s(status.as_str()))
             .expression_attribute_values(":fx", s(keys::EFFECTS_PREFIX));
         self.cas(req, "mark effects done").await
@@ -930,21 +966,14 @@ impl OrderStore for DynamoStore {
             return Ok(Err(Refused { from: "LOCKED", event: "lock" }));
         };
         let (from, _) = coupon::transition(event);
-        let (from_cond, from_values) = status_in("#status", from.iter().map(|s| s.as_str()));
-        let mut lock = Update::builder()
-            .table_name(&self.table)
-            .set_key(Some(key(keys::order(order_id), &keys::coupon_lock_sk(coupon_id))))
+        let lock = self
+            .record_move(order_id, &keys::coupon_lock_sk(coupon_id), from.iter().map(|s| s.as_str()))
             .update_expression("SET #status = :to, reason = :reason, ended_at = :now")
-            .condition_expression(from_cond)
-            .expression_attribute_names("#status", "status")
             .expression_attribute_values(":to", s(to.as_str()))
             .expression_attribute_values(":reason", s(reason))
             .expression_attribute_values(":now", s(now.to_string()))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        for (k, v) in from_values {
-            lock = lock.expression_attribute_values(k, v);
-        }
-        let lock = lock.build().expect("complete update");
+            .build()
+            .expect("complete update");
         let coupon = Update::builder()
             .table_name(&self.table)
             .set_key(Some(key(keys::coupon(coupon_id), keys::COUPON_SK)))
@@ -956,25 +985,8 @@ impl OrderStore for DynamoStore {
             .expression_attribute_values(":o", s(order_id.as_str()))
             .build()
             .expect("complete update");
-        let items = vec![
-            TransactWriteItem::builder().update(lock).build(),
-            TransactWriteItem::builder().update(coupon).build(),
-        ];
-        match self.transact_items(items, "end coupon lock").await? {
-            Ok(()) => Ok(Ok(Step::Moved(to))),
-            Err(failed) => {
-                let found = failed
-                    .first()
-                    .cloned()
-                    .flatten()
-                    .and_then(|item| status_of(&item, "status"))
-                    .and_then(|st| serde_json::from_value::<CouponLockStatus>(serde_json::Value::String(st)).ok());
-                match found {
-                    Some(from) => Ok(coupon::apply(from, event)),
-                    None => Err(Unavailable::new("end coupon lock", "the lock or the coupon is missing")),
-                }
-            }
-        }
+        let apply = |from| coupon::apply(from, event);
+        self.move_with(lock, coupon, to, apply, "end coupon lock", "the lock or the coupon is missing").await
     }
 
     async fn stock(&self, sku: &Sku) -> Result<Option<Stock>, Unavailable> {
@@ -1060,6 +1072,26 @@ impl OrderStore for DynamoStore {
     }
 }
 
+/// The record of a holding the new order reserved, in the order's partition.
+fn reservation_item(order: &Order, r: &Reservation, now: Timestamp) -> Item {
+    let mut res = to_item(r);
+    res.extend(key(keys::order(&order.order_id), &r.sort_key()));
+    res.insert("entity".into(), s("RESERVATION"));
+    res.insert("version".into(), n(1));
+    res.insert("reserved_at".into(), s(now.to_string()));
+    res
+}
+
+/// The record of the new order's lock on its coupon, in the order's partition.
+fn coupon_lock_item(order: &Order, coupon_id: &CouponId, now: Timestamp) -> Item {
+    let mut lock =
+        to_item(&CouponLock { coupon_id: coupon_id.clone(), status: CouponLockStatus::Locked, reason: None });
+    lock.extend(key(keys::order(&order.order_id), &keys::coupon_lock_sk(coupon_id)));
+    lock.insert("entity".into(), s("COUPON_LOCK"));
+    lock.insert("locked_at".into(), s(now.to_string()));
+    lock
+}
+
 /// Where the create transaction's conditional items are, by kind: which
 /// one failed says why the create was refused.
 struct TakenAt<'a> {
@@ -1134,6 +1166,57 @@ impl DynamoStore {
         Err(Unavailable::new("create order transaction", "cancelled on an unexpected condition"))
     }
 
+    /// The create transaction's claim of the buyer's idempotency key: only
+    /// if the key was never used; a replay gets the old record back.
+    fn claim_put(&self, order: &Order, claim: &IdempotencyClaim) -> TransactWriteItem {
+        let mut idem = key(keys::idempotency(&claim.user_id, &claim.key), keys::IDEM_SK);
+        idem.insert("entity".into(), s("IDEMPOTENCY_KEY"));
+        idem.insert("request_hash".into(), s(&claim.request_hash));
+        idem.insert("order_id".into(), s(order.order_id.as_str()));
+        idem.insert("created_at".into(), s(order.created_at.to_string()));
+        let p = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(idem))
+            .condition_expression("attribute_not_exists(pk)")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .expect("complete put");
+        TransactWriteItem::builder().put(p).build()
+    }
+
+    /// The new order's item, its history starting with its creation.
+    fn new_order_item(&self, order: &Order) -> Item {
+        let mut item = self.order_item(order);
+        item.insert(
+            "history".into(),
+            Av::L(vec![Av::M(to_item(&StatusChange {
+                at: order.created_at,
+                from: None,
+                to: OrderStatus::PendingPayment,
+                cause: "created".into(),
+            }))]),
+        );
+        item
+    }
+
+    /// The create transaction's lock of the order's coupon: only an
+    /// AVAILABLE coupon of the buyer's, still valid.
+    fn lock_coupon(&self, order: &Order, coupon_id: &CouponId) -> Update {
+        Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(key(keys::coupon(coupon_id), keys::COUPON_SK)))
+            .update_expression("SET #state = :locked, locked_by = :o")
+            .condition_expression("#state = :available AND user_id = :u AND valid_until > :now")
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_values(":locked", s("LOCKED"))
+            .expression_attribute_values(":available", s("AVAILABLE"))
+            .expression_attribute_values(":o", s(order.order_id.as_str()))
+            .expression_attribute_values(":u", s(order.user_id.as_str()))
+            .expression_attribute_values(":now", s(order.created_at.to_string()))
+            .build()
+            .expect("complete update")
+    }
+
     /// The create transaction's stock decrement for `line`. The price the
     /// use case read from the catalog must still be the catalog's: a
     /// change in between cancels the order instead of writing it at a
@@ -1172,27 +1255,62 @@ impl DynamoStore {
         now: Timestamp,
     ) -> Result<Moved<ReservationStatus>, Unavailable> {
         let (from, to) = reservation::transition(event);
-        let (from_cond, from_values) = status_in("#status", from.iter().map(|s| s.as_str()));
-        let mut reservation = Update::builder()
-            .table_name(&self.table)
-            .set_key(Some(key(keys::order(order_id), &r.sort_key())))
+        let reservation = self
+            .record_move(order_id, &r.sort_key(), from.iter().map(|s| s.as_str()))
             .update_expression("SET #status = :to, version = version + :one, updated_at = :now")
-            .condition_expression(from_cond)
-            .expression_attribute_names("#status", "status")
             .expression_attribute_values(":to", s(to.as_str()))
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":now", s(now.to_string()))
+            .build()
+            .expect("complete update");
+        let counter = holdings::settle(&self.table, r, event);
+        let apply = |from| reservation::apply(from, event);
+        let missing = "the reservation is missing or its counter does not hold it";
+        self.move_with(reservation, counter, to, apply, "move reservation", missing).await
+    }
+
+    /// The update of a record in `order_id`'s partition (sort key `sk`) out
+    /// of one of the states `from`; when refused, it hands back the record
+    /// as it is. The caller adds what the move sets.
+    fn record_move(
+        &self,
+        order_id: &OrderId,
+        sk: &str,
+        from: impl IntoIterator<Item = &'static str>,
+    ) -> aws_sdk_dynamodb::types::builders::UpdateBuilder {
+        let (from_cond, from_values) = status_in("#status", from);
+        let mut u = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(key(keys::order(order_id), sk)))
+            .condition_expression(from_cond)
+            .expression_attribute_names("#status", "status")
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         for (k, v) in from_values {
-            reservation = reservation.expression_attribute_values(k, v);
+            u = u.expression_attribute_values(k, v);
         }
-        let reservation = reservation.build().expect("complete update");
-        let counter = holdings::settle(&self.table, r, event);
+        u
+    }
+
+    /// A record's move (`record`, from [`Self::record_move`]) to `to`
+    /// together with the counter or coupon that follows it (`follower`),
+    /// in one transaction. When refused, the status the record has now
+    /// goes through the domain's state machine (`apply`), which tells
+    /// "already there" from a refusal; `missing` when the record has no
+    /// status to read (it, or the follower's hold, is gone).
+    async fn move_with<S: serde::de::DeserializeOwned>(
+        &self,
+        record: Update,
+        follower: Update,
+        to: S,
+        apply: impl FnOnce(S) -> Moved<S>,
+        context: &'static str,
+        missing: &'static str,
+    ) -> Result<Moved<S>, Unavailable> {
         let items = vec![
-            TransactWriteItem::builder().update(reservation).build(),
-            TransactWriteItem::builder().update(counter).build(),
+            TransactWriteItem::builder().update(record).build(),
+            TransactWriteItem::builder().update(follower).build(),
         ];
-        match self.transact_items(items, "move reservation").await? {
+        match self.transact_items(items, context).await? {
             Ok(()) => Ok(Ok(Step::Moved(to))),
             Err(failed) => {
                 let found = failed
@@ -1200,13 +1318,10 @@ impl DynamoStore {
                     .cloned()
                     .flatten()
                     .and_then(|item| status_of(&item, "status"))
-                    .and_then(|st| serde_json::from_value::<ReservationStatus>(serde_json::Value::String(st)).ok());
+                    .and_then(|st| serde_json::from_value::<S>(serde_json::Value::String(st)).ok());
                 match found {
-                    Some(from) => Ok(reservation::apply(from, event)),
-                    None => Err(Unavailable::new(
-                        "move reservation",
-                        "the reservation is missing or its counter does not hold it",
-                    )),
+                    Some(from) => Ok(apply(from)),
+                    None => Err(Unavailable::new(context, missing)),
                 }
             }
         }

@@ -2,7 +2,7 @@
 //! success/refund decision written atomically with its notification dedupe
 //! and channel-transaction uniqueness, and refunds.
 
-use super::dynamo::{key, keys, n, s, status_in, DynamoStore, Item, FINAL_ENTRIES};
+use super::dynamo::{each_queried, each_scanned, key, keys, n, put, s, status_in, DynamoStore, Item, FINAL_ENTRIES};
 use crate::domain::order::{self, on_payment_success, OrderEvent, PaymentSuccessOutcome};
 use crate::domain::payment;
 use crate::domain::*;
@@ -14,14 +14,6 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{
     AttributeValue as Av, ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
-
-fn put(table: &str, item: Item, condition: Option<&str>) -> TransactWriteItem {
-    let mut p = Put::builder().table_name(table).set_item(Some(item));
-    if let Some(c) = condition {
-        p = p.condition_expression(c);
-    }
-    TransactWriteItem::builder().put(p.build().expect("complete put")).build()
-}
 
 fn evidence_list(e: &Evidence) -> Av {
     Av::L(vec![Av::M(serde_dynamo::to_item(e).expect("serialisable"))])
@@ -116,6 +108,191 @@ impl DynamoStore {
             .expect("complete update");
         TransactWriteItem::builder().update(u).build()
     }
+}
+
+impl DynamoStore {
+    /// The settle transaction's claim of the channel's transaction id for
+    /// this payment: a second payment reporting the same id is refused.
+    fn channel_txn_put(&self, payment: &PaymentAttempt, channel_txn_id: &str) -> TransactWriteItem {
+        let mut txn = key(channel_txn_key(&payment.channel, channel_txn_id), "CHTXN");
+        txn.insert("entity".into(), s("CHANNEL_TXN"));
+        txn.insert("payment_id".into(), s(payment.payment_id.as_str()));
+        let p = Put::builder()
+            .table_name(self.table())
+            .set_item(Some(txn))
+            .condition_expression("attribute_not_exists(pk) OR payment_id = :p")
+            .expression_attribute_values(":p", s(payment.payment_id.as_str()))
+            .build()
+            .expect("complete put");
+        TransactWriteItem::builder().put(p).build()
+    }
+
+    /// The settle transaction's move of the order to PAID by `payment`, on
+    /// the order's version as read.
+    fn mark_paid(&self, order: &Order, payment: &PaymentAttempt, evidence: &Evidence) -> TransactWriteItem {
+        let now = evidence.at;
+        let cause = format!("payment {} succeeded ({})", payment.payment_id, evidence.source);
+        let (from, to) = order::transition(OrderEvent::PaymentSucceeded);
+        let (from_cond, from_values) = status_in("#status", from.iter().map(|s| s.as_str()));
+        let h = Av::L(vec![Av::M(
+            serde_dynamo::to_item(StatusChange { at: now, from: Some(order.status), to, cause }).expect("serialisable"),
+        )]);
+        let mut u = Update::builder()
+            .table_name(self.table())
+            .set_key(Some(key(keys::order(&order.order_id), keys::ORDER_SK)))
+            .update_expression(format!(
+                "SET #status = :paid, paid_by = :p, paid_at = :now, version = version + :one, \
+                 history = list_append(history, :h), {FINAL_ENTRIES}",
+            ))
+            .condition_expression(format!("{from_cond} AND version = :v"))
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":paid", s(to.as_str()))
+            .expression_attribute_values(":p", s(payment.payment_id.as_str()))
+            .expression_attribute_values(":now", s(now.to_string()))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":h", h)
+            .expression_attribute_values(":v", n(order.version));
+        for (k, v) in from_values {
+            u = u.expression_attribute_values(k, v);
+        }
+        // PAID moves the order from the open part of the due index
+        // to the effects part, until settle has confirmed its stock.
+        for (k, v) in self.effects_entry(&order.order_id, now) {
+            u = u.expression_attribute_values(k, v);
+        }
+        TransactWriteItem::builder().update(u.build().expect("complete update")).build()
+    }
+
+    /// The settle transaction's check that the order is still as read: a
+    /// duplicate or a refund rests on the order being final as read, and
+    /// the check makes the transaction fail if it is not any more.
+    fn order_unchanged(&self, order: &Order) -> TransactWriteItem {
+        let c = ConditionCheck::builder()
+            .table_name(self.table())
+            .set_key(Some(key(keys::order(&order.order_id), keys::ORDER_SK)))
+            .condition_expression("version = :v")
+            .expression_attribute_values(":v", n(order.version))
+            .build()
+            .expect("complete check");
+        TransactWriteItem::builder().condition_check(c).build()
+    }
+
+    /// The refund of `payment`, which succeeded on an order that is closed
+    /// or paid by another payment: a new REFUND_PENDING record.
+    fn refund_put(
+        &self,
+        order: &Order,
+        payment: &PaymentAttempt,
+        now: Timestamp,
+        refund_notice: &str,
+    ) -> TransactWriteItem {
+        let reason = if order.status == OrderStatus::Closed {
+            "payment succeeded after the order closed"
+        } else {
+            "order already paid by another payment"
+        };
+        let refund = Refund {
+            payment_id: payment.payment_id.clone(),
+            order_id: order.order_id.clone(),
+            user_id: Some(order.user_id.clone()),
+            channel: payment.channel.clone(),
+            amount: payment.amount,
+            currency: payment.currency.clone(),
+            status: RefundStatus::RefundPending,
+            reason: reason.into(),
+            tries: 0,
+            created_at: now,
+            refunded_at: None,
+            channel_refund_id: None,
+            last_error: None,
+            notification: refund_notice.into(),
+            order_version: order.version,
+            updated_at: None,
+            resolved_by: None,
+            resolved_at: None,
+            resolution: None,
+        };
+        let mut item: Item = serde_dynamo::to_item(&refund).expect("serialisable");
+        item.extend(key(keys::order(&order.order_id), &keys::refund_sk(&payment.payment_id)));
+        item.insert("entity".into(), s("REFUND"));
+        // The backstop entry (infra/data-model.md, due index): if
+        // the stream record or the queue message that should
+        // drive this refund is lost, the sweep finds it here.
+        item.insert("due_shard".into(), s(keys::effects_shard(&order.order_id, self.shards().count)));
+        item.insert("due_at".into(), s(now.plus(REFUND_REDRIVE_AFTER).to_string()));
+        put(self.table(), item, Some("attribute_not_exists(pk)"))
+    }
+
+    /// An update of `refund`'s record.
+    fn refund_update(
+        &self,
+        refund: &Refund,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.client()
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(key(keys::order(&refund.order_id), &keys::refund_sk(&refund.payment_id))))
+            .expression_attribute_names("#status", "status")
+    }
+}
+
+/// A string attribute of a scanned row (empty when it has none).
+fn row_key(item: &Item, attr: &str) -> String {
+    item.get(attr).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default()
+}
+
+/// A row the reconciliation scan could not decode, and why.
+fn undecodable_row(item: &Item, e: &dyn std::error::Error) -> UndecodableRow {
+    UndecodableRow { pk: row_key(item, "pk"), sk: row_key(item, "sk"), error: error_chain(e) }
+}
+
+/// A scanned row decoded onto `rows`, or, when it does not decode, listed
+/// in `undecodable`.
+fn decode_onto<T: serde::de::DeserializeOwned>(item: &Item, rows: &mut Vec<T>, undecodable: &mut Vec<UndecodableRow>) {
+    match serde_dynamo::from_item(item.clone()) {
+        Ok(row) => rows.push(row),
+        Err(e) => undecodable.push(undecodable_row(item, &e)),
+    }
+}
+
+/// Where the settle transaction's items are: which one failed says what
+/// the cancellation means.
+struct SettleAt {
+    notify: Option<usize>,
+    txn: usize,
+    payment: usize,
+    order: usize,
+    refund: Option<usize>,
+}
+
+/// What a cancelled settle transaction means, from the items whose
+/// condition failed (`failed`, with the old item of each).
+fn settle_refusal(failed: &[Option<Item>], at: &SettleAt, channel_txn_id: &str) -> Result<SettleResult, Unavailable> {
+    let hit = |i: Option<usize>| i.is_some_and(|i| matches!(failed.get(i), Some(Some(_))));
+    // The attempt already holds this very success: whatever the
+    // order is, that success was written together with its
+    // outcome (PAID or the refund), so nothing is left to do.
+    let same_success = failed.get(at.payment).cloned().flatten().is_some_and(|old| {
+        let attr = |n: &str| old.get(n).and_then(|v| v.as_s().ok()).cloned();
+        attr("status").as_deref() == Some(PaymentStatus::Succeeded.as_str())
+            && attr("channel_txn_id").as_deref() == Some(channel_txn_id)
+    });
+    // Checked before the refund and the order: a resent success
+    // on a CLOSED order also finds its refund already there, and
+    // must read as the duplicate it is, not as a new late payment.
+    Ok(if hit(at.notify) || same_success {
+        SettleResult::Duplicate
+    } else if hit(at.refund) {
+        SettleResult::RefundPending
+    } else if hit(Some(at.order)) {
+        // Decided on a stale order: the caller re-reads it and
+        // decides again.
+        SettleResult::OrderMoved
+    } else if hit(Some(at.txn)) || hit(Some(at.payment)) {
+        SettleResult::TxnIdTaken
+    } else {
+        return Err(Unavailable::new("settle payment success", "cancelled on an unexpected condition"));
+    })
 }
 
 #[async_trait]
@@ -231,111 +408,20 @@ impl PaymentStore for DynamoStore {
             items.len() - 1
         });
         let txn_at = items.len();
-        let mut txn = key(channel_txn_key(&payment.channel, channel_txn_id), "CHTXN");
-        txn.insert("entity".into(), s("CHANNEL_TXN"));
-        txn.insert("payment_id".into(), s(payment.payment_id.as_str()));
-        items.push(
-            TransactWriteItem::builder()
-                .put(
-                    Put::builder()
-                        .table_name(self.table())
-                        .set_item(Some(txn))
-                        .condition_expression("attribute_not_exists(pk) OR payment_id = :p")
-                        .expression_attribute_values(":p", s(payment.payment_id.as_str()))
-                        .build()
-                        .expect("complete put"),
-                )
-                .build(),
-        );
+        items.push(self.channel_txn_put(payment, channel_txn_id));
         let payment_at = items.len();
         items.push(self.payment_update(payment, PaymentStatus::Succeeded, &evidence, Some(channel_txn_id)));
         let paid_by_same = order.paid_by.as_ref() == Some(&payment.payment_id);
         let outcome = on_payment_success(order.status, paid_by_same);
-        let order_key = key(keys::order(&order.order_id), keys::ORDER_SK);
         let order_at = items.len();
         let mut refund_at = None;
         match outcome {
-            PaymentSuccessOutcome::MarkPaid => {
-                let cause = format!("payment {} succeeded ({})", payment.payment_id, evidence.source);
-                let (from, to) = order::transition(OrderEvent::PaymentSucceeded);
-                let (from_cond, from_values) = status_in("#status", from.iter().map(|s| s.as_str()));
-                let h = Av::L(vec![Av::M(
-                    serde_dynamo::to_item(StatusChange { at: now, from: Some(order.status), to, cause })
-                        .expect("serialisable"),
-                )]);
-                let mut u = Update::builder()
-                    .table_name(self.table())
-                    .set_key(Some(order_key))
-                    .update_expression(format!(
-                        "SET #status = :paid, paid_by = :p, paid_at = :now, version = version + :one, \
-                         history = list_append(history, :h), {FINAL_ENTRIES}",
-                    ))
-                    .condition_expression(format!("{from_cond} AND version = :v"))
-                    .expression_attribute_names("#status", "status")
-                    .expression_attribute_values(":paid", s(to.as_str()))
-                    .expression_attribute_values(":p", s(payment.payment_id.as_str()))
-                    .expression_attribute_values(":now", s(now.to_string()))
-                    .expression_attribute_values(":one", n(1))
-                    .expression_attribute_values(":h", h)
-                    .expression_attribute_values(":v", n(order.version));
-                for (k, v) in from_values {
-                    u = u.expression_attribute_values(k, v);
-                }
-                // PAID moves the order from the open part of the due index
-                // to the effects part, until settle has confirmed its stock.
-                for (k, v) in self.effects_entry(&order.order_id, now) {
-                    u = u.expression_attribute_values(k, v);
-                }
-                items.push(TransactWriteItem::builder().update(u.build().expect("complete update")).build());
-            }
+            PaymentSuccessOutcome::MarkPaid => items.push(self.mark_paid(order, payment, &evidence)),
             PaymentSuccessOutcome::Duplicate | PaymentSuccessOutcome::Refund => {
-                // The decision rests on the order being final as read; the
-                // check makes the transaction fail if it is not any more.
-                let c = ConditionCheck::builder()
-                    .table_name(self.table())
-                    .set_key(Some(order_key))
-                    .condition_expression("version = :v")
-                    .expression_attribute_values(":v", n(order.version))
-                    .build()
-                    .expect("complete check");
-                items.push(TransactWriteItem::builder().condition_check(c).build());
+                items.push(self.order_unchanged(order));
                 if outcome == PaymentSuccessOutcome::Refund {
-                    let reason = if order.status == OrderStatus::Closed {
-                        "payment succeeded after the order closed"
-                    } else {
-                        "order already paid by another payment"
-                    };
-                    let refund = Refund {
-                        payment_id: payment.payment_id.clone(),
-                        order_id: order.order_id.clone(),
-                        user_id: Some(order.user_id.clone()),
-                        channel: payment.channel.clone(),
-                        amount: payment.amount,
-                        currency: payment.currency.clone(),
-                        status: RefundStatus::RefundPending,
-                        reason: reason.into(),
-                        tries: 0,
-                        created_at: now,
-                        refunded_at: None,
-                        channel_refund_id: None,
-                        last_error: None,
-                        notification: refund_notice.into(),
-                        order_version: order.version,
-                        updated_at: None,
-                        resolved_by: None,
-                        resolved_at: None,
-                        resolution: None,
-                    };
-                    let mut item: Item = serde_dynamo::to_item(&refund).expect("serialisable");
-                    item.extend(key(keys::order(&order.order_id), &keys::refund_sk(&payment.payment_id)));
-                    item.insert("entity".into(), s("REFUND"));
-                    // The backstop entry (infra/data-model.md, due index): if
-                    // the stream record or the queue message that should
-                    // drive this refund is lost, the sweep finds it here.
-                    item.insert("due_shard".into(), s(keys::effects_shard(&order.order_id, self.shards().count)));
-                    item.insert("due_at".into(), s(now.plus(REFUND_REDRIVE_AFTER).to_string()));
                     refund_at = Some(items.len());
-                    items.push(put(self.table(), item, Some("attribute_not_exists(pk)")));
+                    items.push(self.refund_put(order, payment, now, refund_notice));
                 }
             }
         }
@@ -346,31 +432,14 @@ impl PaymentStore for DynamoStore {
                 PaymentSuccessOutcome::Refund => SettleResult::RefundPending,
             }),
             Err(failed) => {
-                let hit = |i: Option<usize>| i.is_some_and(|i| matches!(failed.get(i), Some(Some(_))));
-                // The attempt already holds this very success: whatever the
-                // order is, that success was written together with its
-                // outcome (PAID or the refund), so nothing is left to do.
-                let same_success = failed.get(payment_at).cloned().flatten().is_some_and(|old| {
-                    let attr = |n: &str| old.get(n).and_then(|v| v.as_s().ok()).cloned();
-                    attr("status").as_deref() == Some(PaymentStatus::Succeeded.as_str())
-                        && attr("channel_txn_id").as_deref() == Some(channel_txn_id)
-                });
-                // Checked before the refund and the order: a resent success
-                // on a CLOSED order also finds its refund already there, and
-                // must read as the duplicate it is, not as a new late payment.
-                Ok(if hit(notify_at) || same_success {
-                    SettleResult::Duplicate
-                } else if hit(refund_at) {
-                    SettleResult::RefundPending
-                } else if hit(Some(order_at)) {
-                    // Decided on a stale order: the caller re-reads it and
-                    // decides again.
-                    SettleResult::OrderMoved
-                } else if hit(Some(txn_at)) || hit(Some(payment_at)) {
-                    SettleResult::TxnIdTaken
-                } else {
-                    return Err(Unavailable::new("settle payment success", "cancelled on an unexpected condition"));
-                })
+                let at = SettleAt {
+                    notify: notify_at,
+                    txn: txn_at,
+                    payment: payment_at,
+                    order: order_at,
+                    refund: refund_at,
+                };
+                settle_refusal(&failed, &at, channel_txn_id)
             }
         }
     }
@@ -425,11 +494,7 @@ impl PaymentStore for DynamoStore {
         now: Timestamp,
     ) -> Result<Cas, Unavailable> {
         let mut u = self
-            .client()
-            .update_item()
-            .table_name(self.table())
-            .set_key(Some(key(keys::order(&refund.order_id), &keys::refund_sk(&refund.payment_id))))
-            .expression_attribute_names("#status", "status")
+            .refund_update(refund)
             .expression_attribute_values(":from", s(refund.status.as_str()))
             .expression_attribute_values(":now", s(now.to_string()));
         // Compare-and-swap on the state the caller read. A counted try also
@@ -484,34 +549,25 @@ impl PaymentStore for DynamoStore {
     }
 
     async fn failed_refunds(&self) -> Result<Vec<(OrderId, PaymentId)>, Unavailable> {
+        let query = self
+            .client()
+            .query()
+            .table_name(self.table())
+            .index_name(super::due_index::DUE_INDEX)
+            .key_condition_expression("due_shard = :failed")
+            .expression_attribute_values(":failed", s(keys::FAILED_REFUNDS_SHARD));
         let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client()
-                .query()
-                .table_name(self.table())
-                .index_name(super::due_index::DUE_INDEX)
-                .key_condition_expression("due_shard = :failed")
-                .expression_attribute_values(":failed", s(keys::FAILED_REFUNDS_SHARD))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| Unavailable::new("read failed refunds", e))?;
-            for item in page.items.unwrap_or_default() {
-                let field = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
-                let (pk, sk) = (field("pk"), field("sk"));
-                let ids = pk.strip_prefix("ORDER#").zip(sk.strip_prefix("REFUND#"));
-                match ids.map(|(o, p)| (OrderId::parse(o), PaymentId::parse(p))) {
-                    Some((Ok(o), Ok(p))) => out.push((o, p)),
-                    _ => tracing::warn!(pk, sk, "an entry in the failed refunds' partition that is not a refund"),
-                }
+        each_queried(query, "read failed refunds", |item| {
+            let field = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+            let (pk, sk) = (field("pk"), field("sk"));
+            let ids = pk.strip_prefix("ORDER#").zip(sk.strip_prefix("REFUND#"));
+            match ids.map(|(o, p)| (OrderId::parse(o), PaymentId::parse(p))) {
+                Some((Ok(o), Ok(p))) => out.push((o, p)),
+                _ => tracing::warn!(pk, sk, "an entry in the failed refunds' partition that is not a refund"),
             }
-            match page.last_evaluated_key {
-                Some(k) => start = Some(k),
-                None => break,
-            }
-        }
+            Ok(())
+        })
+        .await?;
         Ok(out)
     }
 
@@ -523,15 +579,11 @@ impl PaymentStore for DynamoStore {
         now: Timestamp,
     ) -> Result<Cas, Unavailable> {
         let req = self
-            .client()
-            .update_item()
-            .table_name(self.table())
-            .set_key(Some(key(keys::order(&refund.order_id), &keys::refund_sk(&refund.payment_id))))
+            .refund_update(refund)
             .update_expression("SET resolved_by = :by, resolved_at = :now, resolution = :note REMOVE due_shard, due_at")
             // Not on the failed refunds' partition: a refund given up on
             // before it existed is resolved the same way.
             .condition_expression("#status = :failed AND attribute_not_exists(resolved_at)")
-            .expression_attribute_names("#status", "status")
             .expression_attribute_values(":failed", s(RefundStatus::RefundFailed.as_str()))
             .expression_attribute_values(":by", s(by))
             .expression_attribute_values(":note", s(note))
@@ -541,10 +593,7 @@ impl PaymentStore for DynamoStore {
 
     async fn redrive_refund(&self, refund: &Refund, now: Timestamp) -> Result<Cas, Unavailable> {
         let req = self
-            .client()
-            .update_item()
-            .table_name(self.table())
-            .set_key(Some(key(keys::order(&refund.order_id), &keys::refund_sk(&refund.payment_id))))
+            .refund_update(refund)
             // A refund created before the backstop existed has no shard yet;
             // re-driving it puts it under the sweep from now on.
             .update_expression("SET due_at = :due, due_shard = if_not_exists(due_shard, :shard)")
@@ -553,7 +602,6 @@ impl PaymentStore for DynamoStore {
             // sweeps) finds the due time already pushed and changes nothing,
             // rather than pushing it again and queueing the refund twice.
             .condition_expression("#status = :pending AND (attribute_not_exists(due_at) OR due_at <= :now)")
-            .expression_attribute_names("#status", "status")
             .expression_attribute_values(":pending", s(RefundStatus::RefundPending.as_str()))
             .expression_attribute_values(":now", s(now.to_string()))
             .expression_attribute_values(":due", s(now.plus(REFUND_REDRIVE_AFTER).to_string()))
@@ -563,15 +611,11 @@ impl PaymentStore for DynamoStore {
 
     async fn undo_refund_redrive(&self, refund: &Refund, pushed_at: Timestamp) -> Result<Cas, Unavailable> {
         let req = self
-            .client()
-            .update_item()
-            .table_name(self.table())
-            .set_key(Some(key(keys::order(&refund.order_id), &keys::refund_sk(&refund.payment_id))))
+            .refund_update(refund)
             .update_expression("SET due_at = :before")
             // Only the budget that push set: a later re-drive's, or a refund
             // that left REFUND_PENDING (and the effects shard), stays as is.
             .condition_expression("#status = :pending AND due_at = :pushed")
-            .expression_attribute_names("#status", "status")
             .expression_attribute_values(":pending", s(RefundStatus::RefundPending.as_str()))
             .expression_attribute_values(":pushed", s(pushed_at.plus(REFUND_REDRIVE_AFTER).to_string()))
             .expression_attribute_values(":before", s(pushed_at.to_string()));
@@ -580,99 +624,64 @@ impl PaymentStore for DynamoStore {
 
     async fn scan_order_records(&self) -> Result<Vec<OrderRecord>, Unavailable> {
         let mut by_order: std::collections::BTreeMap<String, Vec<Item>> = Default::default();
-        let mut start = None;
-        loop {
-            let out = self
-                .client()
-                .scan()
-                .table_name(self.table())
-                .filter_expression("begins_with(pk, :p)")
-                .expression_attribute_values(":p", s("ORDER#"))
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| Unavailable::new("scan orders", e))?;
-            for item in out.items.unwrap_or_default() {
-                let pk = item.get("pk").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
-                by_order.entry(pk).or_default().push(item);
-            }
-            match out.last_evaluated_key {
-                Some(k) => start = Some(k),
-                None => break,
-            }
-        }
+        let scan = self
+            .client()
+            .scan()
+            .table_name(self.table())
+            .filter_expression("begins_with(pk, :p)")
+            .expression_attribute_values(":p", s("ORDER#"))
+            .consistent_read(true);
+        each_scanned(scan, "scan orders", |item| {
+            let pk = item.get("pk").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+            by_order.entry(pk).or_default().push(item);
+            Ok(())
+        })
+        .await?;
         by_order.into_values().filter_map(|items| DynamoStore::assemble(items).transpose()).collect()
     }
 
     async fn scan_snapshot(&self) -> Result<TableSnapshot, Unavailable> {
         let mut by_order: std::collections::BTreeMap<String, Vec<Item>> = Default::default();
         let mut snapshot = TableSnapshot::default();
-        let row_key = |item: &Item, attr: &str| item.get(attr).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
-        let undecodable = |item: &Item, e: &dyn std::error::Error| UndecodableRow {
-            pk: row_key(item, "pk"),
-            sk: row_key(item, "sk"),
-            error: error_chain(e),
-        };
-        let mut start = None;
-        loop {
-            let out = self
-                .client()
-                .scan()
-                .table_name(self.table())
-                .filter_expression(
-                    "begins_with(pk, :o) OR (begins_with(pk, :sku) AND (sk = :stock OR begins_with(sk, :change))) \
-                     OR (begins_with(pk, :buyer) AND (sk = :points OR begins_with(sk, :credit)))",
-                )
-                .expression_attribute_values(":buyer", s("BUYER#"))
-                .expression_attribute_values(":points", s(keys::POINTS_SK))
-                .expression_attribute_values(":credit", s(keys::POINTS_CHANGE_PREFIX))
-                .expression_attribute_values(":o", s("ORDER#"))
-                .expression_attribute_values(":sku", s("SKU#"))
-                .expression_attribute_values(":stock", s(keys::STOCK_SK))
-                .expression_attribute_values(":change", s(keys::STOCK_CHANGE_PREFIX))
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| Unavailable::new("scan for reconciliation", e))?;
-            for item in out.items.unwrap_or_default() {
-                let pk = row_key(&item, "pk");
-                if pk.starts_with("BUYER#") {
-                    if row_key(&item, "sk") == keys::POINTS_SK {
-                        match serde_dynamo::from_item(item.clone()) {
-                            Ok(b) => snapshot.points.push(b),
-                            Err(e) => snapshot.undecodable.push(undecodable(&item, &e)),
-                        }
-                    } else {
-                        match serde_dynamo::from_item(item.clone()) {
-                            Ok(c) => snapshot.points_credits.push(c),
-                            Err(e) => snapshot.undecodable.push(undecodable(&item, &e)),
-                        }
-                    }
-                } else if pk.starts_with("SKU#") && row_key(&item, "sk").starts_with(keys::STOCK_CHANGE_PREFIX) {
-                    match serde_dynamo::from_item::<_, StockChangeRecord>(item.clone()) {
-                        Ok(change) => snapshot.stock_changes.push(change),
-                        Err(e) => snapshot.undecodable.push(undecodable(&item, &e)),
-                    }
-                } else if pk.starts_with("SKU#") {
-                    match serde_dynamo::from_item::<_, Stock>(item.clone()) {
-                        Ok(stock) => snapshot.stocks.push(stock),
-                        Err(e) => snapshot.undecodable.push(undecodable(&item, &e)),
-                    }
+        let scan = self
+            .client()
+            .scan()
+            .table_name(self.table())
+            .filter_expression(
+                "begins_with(pk, :o) OR (begins_with(pk, :sku) AND (sk = :stock OR begins_with(sk, :change))) \
+                 OR (begins_with(pk, :buyer) AND (sk = :points OR begins_with(sk, :credit)))",
+            )
+            .expression_attribute_values(":buyer", s("BUYER#"))
+            .expression_attribute_values(":points", s(keys::POINTS_SK))
+            .expression_attribute_values(":credit", s(keys::POINTS_CHANGE_PREFIX))
+            .expression_attribute_values(":o", s("ORDER#"))
+            .expression_attribute_values(":sku", s("SKU#"))
+            .expression_attribute_values(":stock", s(keys::STOCK_SK))
+            .expression_attribute_values(":change", s(keys::STOCK_CHANGE_PREFIX))
+            .consistent_read(true);
+        each_scanned(scan, "scan for reconciliation", |item| {
+            let pk = row_key(&item, "pk");
+            let bad = &mut snapshot.undecodable;
+            if pk.starts_with("BUYER#") {
+                if row_key(&item, "sk") == keys::POINTS_SK {
+                    decode_onto(&item, &mut snapshot.points, bad);
                 } else {
-                    by_order.entry(pk).or_default().push(item);
+                    decode_onto(&item, &mut snapshot.points_credits, bad);
                 }
+            } else if pk.starts_with("SKU#") && row_key(&item, "sk").starts_with(keys::STOCK_CHANGE_PREFIX) {
+                decode_onto(&item, &mut snapshot.stock_changes, bad);
+            } else if pk.starts_with("SKU#") {
+                decode_onto(&item, &mut snapshot.stocks, bad);
+            } else {
+                by_order.entry(pk).or_default().push(item);
             }
-            match out.last_evaluated_key {
-                Some(k) => start = Some(k),
-                None => break,
-            }
-        }
+            Ok(())
+        })
+        .await?;
         for items in by_order.into_values() {
             let (record, bad) = DynamoStore::assemble_tolerant(items);
             snapshot.orders.extend(record);
-            snapshot.undecodable.extend(bad.iter().map(|(item, e)| undecodable(item, e)));
+            snapshot.undecodable.extend(bad.iter().map(|(item, e)| undecodable_row(item, e)));
         }
         self.settle_stock_reads(&mut snapshot).await?;
         Ok(snapshot)

@@ -3,13 +3,13 @@
 //! request's idempotency key, so a credit whose answer was lost and is
 //! sent again is applied once.
 
-use super::dynamo::{from_item, key, keys, n, s, to_item, unavailable, DynamoStore, Item};
+use super::dynamo::{from_item, key, keys, n, s, to_item, DynamoStore, Item};
 use crate::domain::points::{PointsBalance, PointsCredit};
 use crate::domain::*;
 use crate::ports::Unavailable;
 use crate::store::{PointsLedger, PointsWritten};
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{ReturnValuesOnConditionCheckFailure, Update};
 
 /// The reconcile-index partition listing every points balance, so the day
 /// run's catalog piece finds them by a Query (each credit lists its
@@ -48,17 +48,13 @@ fn balance_update(store: &DynamoStore, c: &PointsCredit) -> Update {
     u.build().expect("complete update")
 }
 
-fn record_put(store: &DynamoStore, c: &PointsCredit) -> Put {
+/// The credit's audit record, written only if its key was never used for
+/// the buyer (see [`DynamoStore::write_with_record`]).
+fn record_item(c: &PointsCredit) -> Item {
     let mut item = to_item(c);
     item.extend(key(keys::buyer(&c.user_id), &keys::points_change_sk(&c.key)));
     item.insert("entity".into(), s("POINTS_CHANGE"));
-    Put::builder()
-        .table_name(store.table())
-        .set_item(Some(item))
-        .condition_expression("attribute_not_exists(pk)")
-        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-        .build()
-        .expect("complete put")
+    item
 }
 
 fn present(item: Option<Item>) -> Option<Item> {
@@ -68,15 +64,11 @@ fn present(item: Option<Item>) -> Option<Item> {
 #[async_trait]
 impl PointsLedger for DynamoStore {
     async fn credit_points(&self, c: &PointsCredit) -> Result<PointsWritten, Unavailable> {
-        let items = vec![
-            TransactWriteItem::builder().update(balance_update(self, c)).build(),
-            TransactWriteItem::builder().put(record_put(self, c)).build(),
-        ];
-        let mut failed = match self.transact_items(items, "credit points").await? {
-            Ok(()) => return Ok(PointsWritten::Applied),
-            Err(failed) => failed.into_iter(),
+        let Some((balance, record)) =
+            self.write_with_record(balance_update(self, c), record_item(c), "credit points").await?
+        else {
+            return Ok(PointsWritten::Applied);
         };
-        let (balance, record) = (failed.next().flatten(), failed.next().flatten());
         if let Some(done) = present(record) {
             return Ok(PointsWritten::KeyUsed(from_item(done, "points change record")?));
         }
@@ -104,30 +96,10 @@ impl PointsLedger for DynamoStore {
     }
 
     async fn points_credits(&self, user: &UserId) -> Result<Vec<PointsCredit>, Unavailable> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client()
-                .query()
-                .table_name(self.table())
-                .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
-                .expression_attribute_values(":pk", s(keys::buyer(user)))
-                .expression_attribute_values(":prefix", s(keys::POINTS_CHANGE_PREFIX))
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(unavailable("read points changes"))?;
-            for item in page.items.unwrap_or_default() {
-                out.push(from_item(item, "points change record")?);
-            }
-            match page.last_evaluated_key {
-                Some(k) => start = Some(k),
-                None => break,
-            }
-        }
-        out.sort_by(|a: &PointsCredit, b| (a.at, a.key.as_str()).cmp(&(b.at, b.key.as_str())));
+        let mut out: Vec<PointsCredit> = self
+            .records_under(keys::buyer(user), keys::POINTS_CHANGE_PREFIX, "read points changes", "points change record")
+            .await?;
+        out.sort_by(|a, b| (a.at, a.key.as_str()).cmp(&(b.at, b.key.as_str())));
         Ok(out)
     }
 }

@@ -4,7 +4,7 @@
 //! Layout in `infra/data-model.md` ("The reconcile index").
 
 use super::due_index::{cursor_of, item_of};
-use super::dynamo::{key, s, DynamoStore, Item};
+use super::dynamo::{each_queried, key, s, DynamoStore, Item};
 use crate::domain::{Day, OrderId, Sku, UserId};
 use crate::error::error_chain;
 use crate::ports::Unavailable;
@@ -189,26 +189,21 @@ fn from_json<T: serde::de::DeserializeOwned>(item: &Item, what: &'static str) ->
 impl DynamoStore {
     /// Every record of `day` whose sort key starts with `prefix`.
     async fn day_records(&self, day: Day, prefix: &str) -> Result<Vec<Item>, Unavailable> {
-        let (mut items, mut start) = (Vec::new(), None);
-        loop {
-            let out = self
-                .client()
-                .query()
-                .table_name(self.table())
-                .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
-                .expression_attribute_values(":pk", s(run_pk(day)))
-                .expression_attribute_values(":prefix", s(prefix))
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| Unavailable::new("query a day's reconciliation records", e))?;
-            items.extend(out.items.unwrap_or_default());
-            match out.last_evaluated_key {
-                Some(k) => start = Some(k),
-                None => return Ok(items),
-            }
-        }
+        let query = self
+            .client()
+            .query()
+            .table_name(self.table())
+            .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
+            .expression_attribute_values(":pk", s(run_pk(day)))
+            .expression_attribute_values(":prefix", s(prefix))
+            .consistent_read(true);
+        let mut items = Vec::new();
+        each_queried(query, "query a day's reconciliation records", |item| {
+            items.push(item);
+            Ok(())
+        })
+        .await?;
+        Ok(items)
     }
 }
 

@@ -4,7 +4,7 @@
 //! is what reconciliation compares. Faults can be planted per payment so
 //! that tests can drive every branch of the close and refund paths.
 
-use super::dynamo::{is_condition_failure, s};
+use super::dynamo::{each_scanned, is_condition_failure, s};
 use crate::domain::*;
 use crate::ports::{
     ChannelPayment, ChannelStatement, OpenedPayment, PaymentChannel, RefundResult, Statement, StatementLine,
@@ -94,26 +94,14 @@ impl SandboxChannel {
 
     /// Every ledger row (reconciliation reads the channel's side from here).
     pub async fn entries(&self) -> Result<Vec<LedgerEntry>, Unavailable> {
+        let scan = self.client.scan().table_name(&self.table).consistent_read(true);
         let mut all = Vec::new();
-        let mut start = None;
-        loop {
-            let out = self
-                .client
-                .scan()
-                .table_name(&self.table)
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| Unavailable::new("sandbox ledger scan", e))?;
-            for i in out.items.unwrap_or_default() {
-                all.push(serde_dynamo::from_item(i).map_err(|e| Unavailable::new("sandbox ledger decode", e))?);
-            }
-            match out.last_evaluated_key {
-                Some(k) => start = Some(k),
-                None => return Ok(all),
-            }
-        }
+        each_scanned(scan, "sandbox ledger scan", |i| {
+            all.push(serde_dynamo::from_item(i).map_err(|e| Unavailable::new("sandbox ledger decode", e))?);
+            Ok(())
+        })
+        .await?;
+        Ok(all)
     }
 
     /// Records the channel's outcome for a payment (first outcome wins) and

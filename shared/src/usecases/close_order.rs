@@ -158,19 +158,7 @@ where
                     metrics::REDUNDANT_WAKE_UP.count(1);
                     return Ok(CloseOutcome::AlreadyFinal(s));
                 }
-                CloseDecision::NotYetDue(after) => {
-                    metrics::EARLY_WAKE_UP.count(1);
-                    // One put-back per wait: a duplicate early wake-up (the
-                    // schedule delivered twice, an early operator check)
-                    // finds the first one's note and ends.
-                    let until = now.plus(after.min(MAX_REMINDER_DELAY));
-                    if self.store.note_early_reminder(&order, until, now).await? == Cas::Rejected {
-                        info!("an early reminder is already on its way; this one ends");
-                        metrics::REDUNDANT_WAKE_UP.count(1);
-                        return Ok(CloseOutcome::ReminderPending);
-                    }
-                    return self.later(order_id, after, "not yet due").await;
-                }
+                CloseDecision::NotYetDue(after) => return self.not_yet_due(order_id, &order, after, now).await,
                 CloseDecision::LeaseHeld(left) => {
                     info!(lease_left_ms = left.as_millis() as u64, "another closer holds the lease; reminder ends");
                     metrics::REDUNDANT_WAKE_UP.count(1);
@@ -188,35 +176,8 @@ where
                     Cas::Rejected => continue,
                 },
                 CloseDecision::BeginClosing | CloseDecision::ResumeClosing => {
-                    let lease = ClosingLease {
-                        started_at: order.closing.as_ref().map(|l| l.started_at).unwrap_or(now),
-                        owner: owner.to_owned(),
-                        lease_until: now.plus(self.lease),
-                        resumes: order.closing.as_ref().map(|l| l.resumes + 1).unwrap_or(0),
-                    };
-                    if self.store.begin_closing(&order, &lease, now).await? == Cas::Rejected {
-                        continue;
-                    }
-                    if order.closing.is_none() {
-                        first_handled_late(&order, now);
-                    } else {
-                        // A dead closer's lease ran out and we took it over.
-                        warn!(resumes = lease.resumes, "CLOSING past its lease: resumed");
-                        metrics::CLOSING_PAST_LEASE.count(1);
-                    }
-                    if crate::faults::active().closer_dies_after_claim(&order) {
-                        warn!("fault injection: closer dies after claiming CLOSING");
-                        return Ok(CloseOutcome::LeftToLeaseHolder);
-                    }
-                    let claimed = Order {
-                        status: OrderStatus::Closing,
-                        version: order.version + 1,
-                        closing: Some(lease),
-                        ..order
-                    };
-                    match self.decide_with_facts(claimed, deadline).await? {
-                        Some(outcome) => return Ok(outcome),
-                        None => continue,
+                    if let Some(outcome) = self.claim_and_decide(order, owner, now, deadline).await? {
+                        return Ok(outcome);
                     }
                 }
             }
@@ -224,6 +185,61 @@ where
         // Still contended after several rounds: try again shortly rather
         // than spin.
         self.later(order_id, Duration::from_secs(5), "contended").await
+    }
+
+    /// Woken before the order is due: put the reminder back for when it is.
+    async fn not_yet_due(
+        &self,
+        order_id: &OrderId,
+        order: &Order,
+        after: Duration,
+        now: Timestamp,
+    ) -> Result<CloseOutcome, Unavailable> {
+        metrics::EARLY_WAKE_UP.count(1);
+        // One put-back per wait: a duplicate early wake-up (the
+        // schedule delivered twice, an early operator check)
+        // finds the first one's note and ends.
+        let until = now.plus(after.min(MAX_REMINDER_DELAY));
+        if self.store.note_early_reminder(order, until, now).await? == Cas::Rejected {
+            info!("an early reminder is already on its way; this one ends");
+            metrics::REDUNDANT_WAKE_UP.count(1);
+            return Ok(CloseOutcome::ReminderPending);
+        }
+        self.later(order_id, after, "not yet due").await
+    }
+
+    /// Claims CLOSING (or takes over a dead closer's lease) as `owner`, then
+    /// decides on the money facts. `None` means the order moved under us
+    /// and the caller should re-read.
+    async fn claim_and_decide(
+        &self,
+        order: Order,
+        owner: &str,
+        now: Timestamp,
+        deadline: RunBudget,
+    ) -> Result<Option<CloseOutcome>, Unavailable> {
+        let lease = ClosingLease {
+            started_at: order.closing.as_ref().map(|l| l.started_at).unwrap_or(now),
+            owner: owner.to_owned(),
+            lease_until: now.plus(self.lease),
+            resumes: order.closing.as_ref().map(|l| l.resumes + 1).unwrap_or(0),
+        };
+        if self.store.begin_closing(&order, &lease, now).await? == Cas::Rejected {
+            return Ok(None);
+        }
+        if order.closing.is_none() {
+            first_handled_late(&order, now);
+        } else {
+            // A dead closer's lease ran out and we took it over.
+            warn!(resumes = lease.resumes, "CLOSING past its lease: resumed");
+            metrics::CLOSING_PAST_LEASE.count(1);
+        }
+        if crate::faults::active().closer_dies_after_claim(&order) {
+            warn!("fault injection: closer dies after claiming CLOSING");
+            return Ok(Some(CloseOutcome::LeftToLeaseHolder));
+        }
+        let claimed = Order { status: OrderStatus::Closing, version: order.version + 1, closing: Some(lease), ..order };
+        self.decide_with_facts(claimed, deadline).await
     }
 
     async fn later(&self, order_id: &OrderId, after: Duration, why: &'static str) -> Result<CloseOutcome, Unavailable> {

@@ -237,27 +237,7 @@ impl<S: OrderStore> CreateOrder<S> {
         };
         let now = self.clock.now();
         let (window, expiry_rule_version) = self.window_of(&items, &catalog).await?;
-        let order = Order {
-            order_id: OrderId::parse(self.ids.new_id("ord", now)).expect("generated ids are valid"),
-            user_id: req.user_id.clone(),
-            status: OrderStatus::PendingPayment,
-            version: 1,
-            currency: req.currency.clone(),
-            amount_total,
-            points: req.points,
-            items,
-            coupon_id: req.coupon_id.clone(),
-            created_at: now,
-            expire_at: now.plus(window),
-            expiry_rule_version,
-            cancel_requested_at: None,
-            expiring_soon_at: None,
-            payment_attempts: 0,
-            closing: None,
-            paid_by: None,
-            history: vec![],
-            checks: vec![],
-        };
+        let order = self.new_order(&req, now, amount_total, items, window, expiry_rule_version);
         let caps = match caps_for(&order, &catalog, self.open_order_cap) {
             Ok(caps) => caps,
             Err(refusal) => return self.refuse_unless_claimed(&claim, refusal).await,
@@ -306,6 +286,41 @@ impl<S: OrderStore> CreateOrder<S> {
                 "open_order_cap_reached",
                 format!("the buyer already has {cap} open orders, the most allowed; pay or cancel one first"),
             )),
+        }
+    }
+
+    /// The order `req` places at `now`, priced at `amount_total` for its
+    /// priced `items`, open for `window` as the rule `expiry_rule_version`
+    /// gave it.
+    fn new_order(
+        &self,
+        req: &CreateOrderRequest,
+        now: Timestamp,
+        amount_total: i64,
+        items: Vec<OrderLine>,
+        window: Duration,
+        expiry_rule_version: String,
+    ) -> Order {
+        Order {
+            order_id: OrderId::parse(self.ids.new_id("ord", now)).expect("generated ids are valid"),
+            user_id: req.user_id.clone(),
+            status: OrderStatus::PendingPayment,
+            version: 1,
+            currency: req.currency.clone(),
+            amount_total,
+            points: req.points,
+            items,
+            coupon_id: req.coupon_id.clone(),
+            created_at: now,
+            expire_at: now.plus(window),
+            expiry_rule_version,
+            cancel_requested_at: None,
+            expiring_soon_at: None,
+            payment_attempts: 0,
+            closing: None,
+            paid_by: None,
+            history: vec![],
+            checks: vec![],
         }
     }
 

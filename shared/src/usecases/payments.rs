@@ -88,6 +88,37 @@ enum Supersede {
     Blocked(String),
 }
 
+/// Whether `order` may get a new payment attempt at `now`: still
+/// PENDING_PAYMENT, not cancelled by its buyer, within its payment window,
+/// and with attempts left.
+fn payable(order: &Order, now: Timestamp) -> Result<(), UseCaseError> {
+    if order.status != OrderStatus::PendingPayment {
+        return Err(UseCaseError::conflict(
+            "order_not_payable",
+            format!("the order is {} and can no longer be paid", order.status.as_str()),
+        ));
+    }
+    if order.cancel_requested_at.is_some() {
+        return Err(UseCaseError::conflict(
+            "order_cancelled",
+            "the buyer cancelled this order; it is being closed and can no longer be paid",
+        ));
+    }
+    if now >= order.expire_at {
+        return Err(UseCaseError::conflict(
+            "order_expired",
+            format!("the payment window ended at {}", order.expire_at),
+        ));
+    }
+    if order.payment_attempts >= MAX_PAYMENT_ATTEMPTS {
+        return Err(UseCaseError::conflict(
+            "too_many_attempts",
+            format!("the order already had {MAX_PAYMENT_ATTEMPTS} payment attempts; no more can be started"),
+        ));
+    }
+    Ok(())
+}
+
 /// What the idempotency hash of a payment request is taken over: its JSON
 /// form, `{"channel":"…"}`, so a retry hashes the same however it was
 /// formatted.
@@ -145,30 +176,7 @@ where
         for _ in 0..5 {
             let order = &record.order;
             let now = self.clock.now();
-            if order.status != OrderStatus::PendingPayment {
-                return Err(UseCaseError::conflict(
-                    "order_not_payable",
-                    format!("the order is {} and can no longer be paid", order.status.as_str()),
-                ));
-            }
-            if order.cancel_requested_at.is_some() {
-                return Err(UseCaseError::conflict(
-                    "order_cancelled",
-                    "the buyer cancelled this order; it is being closed and can no longer be paid",
-                ));
-            }
-            if now >= order.expire_at {
-                return Err(UseCaseError::conflict(
-                    "order_expired",
-                    format!("the payment window ended at {}", order.expire_at),
-                ));
-            }
-            if order.payment_attempts >= MAX_PAYMENT_ATTEMPTS {
-                return Err(UseCaseError::conflict(
-                    "too_many_attempts",
-                    format!("the order already had {MAX_PAYMENT_ATTEMPTS} payment attempts; no more can be started"),
-                ));
-            }
+            payable(order, now)?;
             match self.supersede(channel, &record).await? {
                 Supersede::Done => {}
                 Supersede::FoundPaid | Supersede::Moved => {
@@ -177,18 +185,7 @@ where
                 }
                 Supersede::Blocked(why) => return Err(order_busy(why)),
             }
-            let attempt = PaymentAttempt {
-                payment_id: PaymentId::parse(self.ids.new_id("pay", now)).expect("generated ids are valid"),
-                order_id: order_id.clone(),
-                channel: ChannelName::parse(channel_name).map_err(|e| UseCaseError::invalid(e.to_string()))?,
-                amount: order.amount_total,
-                currency: order.currency.clone(),
-                status: PaymentStatus::Processing,
-                channel_txn_id: None,
-                channel_ref: None,
-                created_at: now,
-                evidence: vec![],
-            };
+            let attempt = self.new_attempt(order_id, order, channel_name, now)?;
             match self.store.record_keyed_attempt(order, &attempt, Some(&claim)).await? {
                 AttemptResult::Recorded => {
                     // Recorded first, opened second: if opening fails the
@@ -210,6 +207,29 @@ where
         }
         // Contention, not a failure: other requests kept changing the order.
         Err(order_busy("the order is being changed by other requests"))
+    }
+
+    /// A new attempt to pay `order` through `channel_name`, as it is
+    /// recorded before the channel is asked to open it.
+    fn new_attempt(
+        &self,
+        order_id: &OrderId,
+        order: &Order,
+        channel_name: &str,
+        now: Timestamp,
+    ) -> Result<PaymentAttempt, UseCaseError> {
+        Ok(PaymentAttempt {
+            payment_id: PaymentId::parse(self.ids.new_id("pay", now)).expect("generated ids are valid"),
+            order_id: order_id.clone(),
+            channel: ChannelName::parse(channel_name).map_err(|e| UseCaseError::invalid(e.to_string()))?,
+            amount: order.amount_total,
+            currency: order.currency.clone(),
+            status: PaymentStatus::Processing,
+            channel_txn_id: None,
+            channel_ref: None,
+            created_at: now,
+            evidence: vec![],
+        })
     }
 
     /// The same key again: the same attempt, nothing new opened.

@@ -188,23 +188,13 @@ async fn close_other_payments<S: PaymentStore, C: PaymentChannel>(
         };
         match verdict {
             Verdict::Paid { channel_txn_id, detail } => {
-                let evidence = Evidence {
-                    at: now,
-                    source: "channel_close".into(),
-                    status: PaymentStatus::Succeeded,
-                    detail: Some(detail),
-                };
+                let evidence = channel_close(now, PaymentStatus::Succeeded, detail);
                 let r = store.settle_success(order, p, &channel_txn_id, evidence, None, REFUND_NOTICE).await?;
                 warn!(payment_id = %p.payment_id, result = ?r, "a second payment succeeded: refund");
                 metrics::LATE_PAYMENT_REFUND.count(1);
             }
             Verdict::Unpaid(detail) => {
-                let evidence = Evidence {
-                    at: now,
-                    source: "channel_close".into(),
-                    status: PaymentStatus::Failed,
-                    detail: Some(detail),
-                };
+                let evidence = channel_close(now, PaymentStatus::Failed, detail);
                 store.record_payment_fact(p, PaymentStatus::Failed, evidence, None).await?;
             }
             Verdict::Unknown(why) => warn!(payment_id = %p.payment_id, why = %why, "another payment left open"),
@@ -217,6 +207,11 @@ async fn close_other_payments<S: PaymentStore, C: PaymentChannel>(
         ));
     }
     Ok(())
+}
+
+/// What closing a payment at the channel found out about it.
+fn channel_close(at: Timestamp, status: PaymentStatus, detail: String) -> Evidence {
+    Evidence { at, source: "channel_close".into(), status, detail: Some(detail) }
 }
 
 /// Every reservation and the lock reached their end: the order leaves the

@@ -235,117 +235,162 @@ async fn sweep_shard<I: DueIndex, R: Redrive>(
     now: Timestamp,
     deadline: Timestamp,
 ) -> Result<ShardRun, Unavailable> {
-    let mut report = SweepReport::default();
+    let run = ShardSweep { index, redrive, clock, cfg, shard, now, deadline };
+    let mut walk =
+        ShardWalk { report: SweepReport::default(), last_done: start.clone(), first_failure: None, handled: 0 };
     // Open orders get the grace; an effects entry's due time already
     // includes its own.
     let cutoff = if index.is_open_shard(shard) { now.minus(cfg.grace) } else { now };
-    // Where the next run must resume if this one stops early: right after
-    // the last entry handled, or, once something failed, right before the
-    // first failure, so that a failed re-drive is retried by the very next
-    // run rather than after the cursor wraps around.
-    let mut last_done: Resume = start.clone();
-    let mut first_failure: Option<Resume> = None;
-    let mut handled = 0u32;
     loop {
         let page = match index.due_page(shard, cutoff, cfg.page, start.take()).await {
             Ok(page) => page,
             // Kept, a refused cursor would fail this shard, and the run,
             // every time. Once per shard and run: the query from the top
             // carries no cursor to refuse.
-            Err(DuePageError::CursorRejected(e)) if report.cursors_reset == 0 => {
+            Err(DuePageError::CursorRejected(e)) if walk.report.cursors_reset == 0 => {
                 warn!(shard, error = %e, "stored sweep cursor refused by the index: dropped, shard swept from the top");
-                report.cursors_reset += 1;
-                last_done = None;
+                walk.report.cursors_reset += 1;
+                walk.last_done = None;
                 continue;
             }
             Err(e) => return Err(e.into()),
         };
-        report.queries += 1;
-        report.items_read += page.entries.len() as u32;
-        report.consumed_capacity += page.consumed_capacity;
-        let page_start = last_done.clone();
-        let mut close: Vec<&DueEntry> = Vec::new();
-        let mut effects: Vec<&DueEntry> = Vec::new();
-        let mut stopped_early = false;
-        for entry in &page.entries {
-            if handled > 0 && clock.now() >= deadline {
+        walk.report.queries += 1;
+        walk.report.items_read += page.entries.len() as u32;
+        walk.report.consumed_capacity += page.consumed_capacity;
+        let page_start = walk.last_done.clone();
+        let work = walk.take_page(&run, &page.entries);
+        walk.hand_on(&run, &work, page_start).await;
+        let out_of_time = work.stopped_early || clock.now() >= deadline;
+        match page.next {
+            // The shard is done: the next run starts from the top, which
+            // retries anything that failed on the way.
+            None if !work.stopped_early => {
+                return Ok(ShardRun { report: walk.report, unfinished: false, cursor: None })
+            }
+            next => {
+                if out_of_time {
+                    let resume = walk.first_failure.unwrap_or(walk.last_done);
+                    return Ok(ShardRun { report: walk.report, unfinished: true, cursor: resume });
+                }
+                start = next;
+            }
+        }
+    }
+}
+
+/// One shard's sweep in one run: what it works with.
+struct ShardSweep<'a, I, R> {
+    index: &'a I,
+    redrive: &'a R,
+    clock: &'a dyn Clock,
+    cfg: &'a SweepConfig,
+    shard: &'a str,
+    /// The run's start: what it finds is counted overdue as of then.
+    now: Timestamp,
+    deadline: Timestamp,
+}
+
+/// How far one shard's sweep got.
+struct ShardWalk {
+    report: SweepReport,
+    /// Where the next run must resume if this one stops early: right after
+    /// the last entry handled, or, once something failed, right before the
+    /// first failure (`first_failure`), so that a failed re-drive is
+    /// retried by the very next run rather than after the cursor wraps
+    /// around.
+    last_done: Resume,
+    first_failure: Option<Resume>,
+    /// Entries handled so far.
+    handled: u32,
+}
+
+/// What one page of a shard asks for: close reminders for its open orders,
+/// hand-offs of its pending effects.
+struct PageWork<'p> {
+    close: Vec<&'p DueEntry>,
+    effects: Vec<&'p DueEntry>,
+    /// The run ran out of time before the page's end.
+    stopped_early: bool,
+}
+
+impl ShardWalk {
+    /// Takes a page's entries, counting each into the report, until the
+    /// run is out of time.
+    fn take_page<'p, I, R>(&mut self, run: &ShardSweep<'_, I, R>, entries: &'p [DueEntry]) -> PageWork<'p> {
+        let mut work = PageWork { close: Vec::new(), effects: Vec::new(), stopped_early: false };
+        let report = &mut self.report;
+        for entry in entries {
+            if self.handled > 0 && run.clock.now() >= run.deadline {
                 // Out of time in the middle of a page: stop at this entry
                 // (every run handles at least one, so a run always moves).
-                stopped_early = true;
+                work.stopped_early = true;
                 break;
             }
-            handled += 1;
-            let overdue = entry.due_at.until(now);
-            let ok = match &entry.item {
+            self.handled += 1;
+            let overdue = entry.due_at.until(run.now);
+            match &entry.item {
                 DueItem::Open(_) => {
                     report.open_found += 1;
                     report.oldest_open_overdue = report.oldest_open_overdue.max(overdue);
-                    close.push(entry);
-                    true
+                    work.close.push(entry);
                 }
                 DueItem::OrderEffects(_) => {
                     report.effects_found += 1;
                     report.oldest_effect_overdue = report.oldest_effect_overdue.max(overdue);
-                    effects.push(entry);
-                    true
+                    work.effects.push(entry);
                 }
                 DueItem::Refund(..) => {
                     report.refunds_found += 1;
                     report.oldest_effect_overdue = report.oldest_effect_overdue.max(overdue);
-                    effects.push(entry);
-                    true
+                    work.effects.push(entry);
                 }
                 DueItem::Unrecognised { pk, sk } => {
                     warn!(pk, sk, "unrecognised due-index entry left alone");
                     report.unrecognised += 1;
-                    true
                 }
-            };
-            if !ok {
-                report.failures += 1;
-                first_failure.get_or_insert_with(|| last_done.clone());
             }
-            last_done = Some(entry.key.clone());
+            self.last_done = Some(entry.key.clone());
         }
+        work
+    }
+
+    /// Hands a page's work on: its pending effects to the effects queue,
+    /// its open orders' close reminders to the close queue. A failure makes
+    /// the next run resume from the page's start (`page_start`).
+    async fn hand_on<I: DueIndex, R: Redrive>(
+        &mut self,
+        run: &ShardSweep<'_, I, R>,
+        work: &PageWork<'_>,
+        page_start: Resume,
+    ) {
+        let (report, now, cfg) = (&mut self.report, run.now, run.cfg);
         // Handed on, not driven: the entry stays in the index until the
         // consumer's use case settles it, so one the queue loses, or the
         // consumer cannot finish, is handed on again by a later run (once
         // `hand_off_again_after` has passed).
-        if !effects.is_empty() {
-            let unsent = hand_off_and_snooze(index, redrive, shard, &effects, now, cfg, &mut report).await;
+        if !work.effects.is_empty() {
+            let unsent = hand_off_and_snooze(run.index, run.redrive, run.shard, &work.effects, now, cfg, report).await;
             if unsent > 0 {
                 report.failures += unsent;
-                first_failure.get_or_insert(page_start.clone());
+                self.first_failure.get_or_insert(page_start.clone());
             }
         }
-        if !close.is_empty() {
-            let (sent, unsent) = remind_all(redrive, &close, cfg.calls_per_shard).await;
+        if !work.close.is_empty() {
+            let (sent, unsent) = remind_all(run.redrive, &work.close, cfg.calls_per_shard).await;
             if unsent > 0 {
                 report.failures += unsent;
                 // Some of the page's reminders: resume from the page's start.
-                first_failure.get_or_insert(page_start);
+                self.first_failure.get_or_insert(page_start);
             }
             let until = now.plus(cfg.remind_again_after);
-            let (moved, oldest) = snooze_all(index, shard, &sent, until, cfg.calls_per_shard).await;
+            let (moved, oldest) = snooze_all(run.index, run.shard, &sent, until, cfg.calls_per_shard).await;
             report.snoozed += moved;
             // Counted from the order's own due time: the entry's restarts
             // with every snooze, and an order reminded and left open must
             // still reach the overdue alarm.
             if let Some(due) = oldest {
                 report.oldest_open_overdue = report.oldest_open_overdue.max(due.until(now));
-            }
-        }
-        let out_of_time = stopped_early || clock.now() >= deadline;
-        match page.next {
-            // The shard is done: the next run starts from the top, which
-            // retries anything that failed on the way.
-            None if !stopped_early => return Ok(ShardRun { report, unfinished: false, cursor: None }),
-            next => {
-                if out_of_time {
-                    let resume = first_failure.unwrap_or(last_done);
-                    return Ok(ShardRun { report, unfinished: true, cursor: resume });
-                }
-                start = next;
             }
         }
     }
@@ -373,17 +418,32 @@ async fn bounded<F: std::future::Future<Output = Result<(), Unavailable>>>(f: F,
 /// `at_once` of them in flight, each bounded in time. The entries whose
 /// reminders were sent, and how many were not (their orders stay due).
 async fn remind_all<'e, R: Redrive>(redrive: &R, entries: &[&'e DueEntry], at_once: usize) -> (Vec<&'e DueEntry>, u32) {
+    in_batches(entries, at_once, |batch| async move {
+        let ids: Vec<OrderId> = batch
+            .iter()
+            .filter_map(|e| if let DueItem::Open(id) = &e.item { Some(id.clone()) } else { None })
+            .collect();
+        let ok = bounded(redrive.close(&ids), || format!("close reminders for {} orders", ids.len())).await;
+        if ok {
+            log_found(&ids);
+        }
+        ok
+    })
+    .await
+}
+
+/// `entries` in batches of [`REMINDERS_PER_CALL`], one `send` each, at
+/// most `at_once` in flight: the entries whose batch was sent, and how
+/// many were not.
+async fn in_batches<'s, 'e, F, Fut>(entries: &'s [&'e DueEntry], at_once: usize, send: F) -> (Vec<&'e DueEntry>, u32)
+where
+    F: Fn(&'s [&'e DueEntry]) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
     let batches: Vec<(bool, &[&DueEntry])> = futures_util::stream::iter(entries.chunks(REMINDERS_PER_CALL))
-        .map(|batch| async move {
-            let ids: Vec<OrderId> = batch
-                .iter()
-                .filter_map(|e| if let DueItem::Open(id) = &e.item { Some(id.clone()) } else { None })
-                .collect();
-            let ok = bounded(redrive.close(&ids), || format!("close reminders for {} orders", ids.len())).await;
-            if ok {
-                log_found(&ids);
-            }
-            (ok, batch)
+        .map(|batch| {
+            let sent = send(batch);
+            async move { (sent.await, batch) }
         })
         .buffer_unordered(at_once.max(1))
         .collect()
@@ -449,30 +509,17 @@ async fn hand_off_all<'e, R: Redrive>(
     entries: &[&'e DueEntry],
     at_once: usize,
 ) -> (Vec<&'e DueEntry>, u32) {
-    let batches: Vec<(bool, &[&DueEntry])> = futures_util::stream::iter(entries.chunks(REMINDERS_PER_CALL))
-        .map(|batch| async move {
-            let effects: Vec<PendingEffect> = batch.iter().filter_map(|e| pending_effect(e)).collect();
-            let ok =
-                bounded(redrive.effects(&effects), || format!("hand-off of {} pending effects", effects.len())).await;
-            if ok {
-                for effect in &effects {
-                    info!(order_id = %effect.order_id(), trigger = "sweep", outcome = "effect_handed_off", effect = ?effect, "pending effect handed to the effects queue");
-                }
-            }
-            (ok, batch)
-        })
-        .buffer_unordered(at_once.max(1))
-        .collect()
-        .await;
-    let (mut sent, mut unsent) = (Vec::new(), 0);
-    for (ok, batch) in batches {
+    in_batches(entries, at_once, |batch| async move {
+        let effects: Vec<PendingEffect> = batch.iter().filter_map(|e| pending_effect(e)).collect();
+        let ok = bounded(redrive.effects(&effects), || format!("hand-off of {} pending effects", effects.len())).await;
         if ok {
-            sent.extend_from_slice(batch);
-        } else {
-            unsent += batch.len() as u32;
+            for effect in &effects {
+                info!(order_id = %effect.order_id(), trigger = "sweep", outcome = "effect_handed_off", effect = ?effect, "pending effect handed to the effects queue");
+            }
         }
-    }
-    (sent, unsent)
+        ok
+    })
+    .await
 }
 
 /// Moves the entries of orders just reminded (or whose effects were just
