@@ -1,5 +1,5 @@
 """What DynamoDB Local does with concurrent transactions on one item
-(BENCHMARKS.md 3e, "Measured locally"). Creates a throw-away table on
+(BENCHMARKS.md#measured-locally-dynamodb-local). Creates a throw-away table on
 $DYNAMODB_LOCAL_ENDPOINT with one stock item, then, for 1, 8 and 32 threads
 (one client each, SDK retries off so every cancellation is seen), has each
 thread commit TRANSACTIONS two-item transactions shaped like the create's

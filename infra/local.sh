@@ -466,11 +466,13 @@ cmd_down() {
 # stream is N records long and skips those N records for good: no event is
 # published for them (no wake-up, release, settle or refund is queued) and the
 # mapping logs no batch. That was the 13.5-minute "stall" after the restart in
-# the 400-order all-drills run (BENCHMARKS.md). The saved positions are rewound
-# to 0, the start of the stream the emulator will rebuild, so the mapping reads
-# every record written after the restart. Records written before the stop and
-# not yet read are gone with the stream (the emulator's loss, not AWS
-# behaviour): the sweep and reconcile cover those orders.
+# the 400-order all-drills run
+# (BENCHMARKS.md#the-invariant-run-and-its-drills-measured). The saved
+# positions are rewound to 0, the start of the stream the emulator will
+# rebuild, so the mapping reads every record written after the restart. Records
+# written before the stop and not yet read are gone with the stream (the
+# emulator's loss, not AWS behaviour): the sweep and reconcile cover those
+# orders.
 rewind_stream_positions() {
   .venv/bin/python infra/rewind_stream_positions.py "$STATE/persist/lambda.json"
 }

@@ -3,7 +3,7 @@
 # for every function of template.yaml, built by cargo lambda for arm64
 # (Graviton, the template's Architectures) with the workspace's release
 # profile. Not part of the test command: the local stack runs the host debug
-# build (README, "Why the local build ...").
+# build (docs/local-dev.md#why-the-local-build-is-cargo-build-not-cargo-lambda-build).
 set -euo pipefail
 
 usage() {

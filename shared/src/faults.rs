@@ -1,12 +1,12 @@
-//! Fault-injection switches for the drills in the test suite (seed 000
-//! §13.1, §13.3): a closer that dies right after claiming CLOSING, a release
-//! that fails for a while. Off unless the function's `FAULT_INJECTION` is
-//! `on`, and refused outright when `STAGE` is `prod` (the template's rule
-//! refuses the deploy too). A fault hits only orders whose `user_id` names
-//! it, so a drill never touches anyone else's orders. Buyers are
-//! authenticated and their user id is the token's subject (a UUID for
-//! Cognito); in a dev stack with faults on, a Cognito user whose user name
-//! starts with `fault-` acts under that name instead
+//! Fault-injection switches for the drills in the test suite
+//! (docs/design.md#fault-drills): a closer that dies right after claiming
+//! CLOSING, a release that fails for a while. Off unless the function's
+//! `FAULT_INJECTION` is `on`, and refused outright when `STAGE` is `prod`
+//! (the template's rule refuses the deploy too). A fault hits only orders
+//! whose `user_id` names it, so a drill never touches anyone else's orders.
+//! Buyers are authenticated and their user id is the token's subject (a UUID
+//! for Cognito); in a dev stack with faults on, a Cognito user whose user
+//! name starts with `fault-` acts under that name instead
 //! ([`crate::handlers::api::buyer`]), which is how a drill names its fault:
 //!
 //! - `fault-crash-closer-…`: the first close run that claims CLOSING stops
@@ -37,12 +37,12 @@
 //!   slowed: the drill's buyers can still pay, and a close run that had its
 //!   9 s for the question finishes (two slow calls per attempt would need an
 //!   18 s share, which a full batch never gives, and the drill's orders
-//!   would wait for a lone message). With it the time budgets (README "Time
-//!   budgets per function") are drilled end to end: payment entry's
-//!   supersede answers 503 `channel_slow` (9 s is more than the order
-//!   API's 8.5 s), a close in a full batch is held and handed on, an
-//!   operator check answers `reminded_later`. The `slow-channel` loadcheck
-//!   drill.
+//!   would wait for a lone message). With it the time budgets
+//!   (docs/architecture.md#time-budgets-per-function-a-channel-in-a-brownout)
+//!   are drilled end to end: payment entry's supersede answers 503
+//!   `channel_slow` (9 s is more than the order API's 8.5 s), a close in a
+//!   full batch is held and handed on, an operator check answers
+//!   `reminded_later`. The `slow-channel` loadcheck drill.
 //!
 //! One switch is not per user: `FAULT_LOST_ANSWER_RATE` ([`lost_answer_rate`])
 //! loses the answers of that share of every function's write calls after

@@ -70,7 +70,8 @@ const fn count_metric(name: &'static str) -> Metric {
     Metric { name, unit: Unit::Count, dimensions: &[] }
 }
 
-// ---- orders: created, closed, paid, and how late the close came (§11.1)
+// ---- orders: created, closed, paid, and how late the close came
+// (docs/design.md#observability)
 pub const ORDER_CREATED: Metric = count_metric("OrderCreated");
 pub const ORDER_CLOSED: Metric = count_metric("OrderClosed");
 /// A buyer asked to cancel an open order (`POST /orders/{id}/cancel`); its
@@ -86,7 +87,7 @@ pub const ORDER_PAID: Metric = count_metric("OrderPaid");
 pub const EXPIRY_TO_CLOSE_DELAY: Metric =
     Metric { name: "ExpiryToCloseDelay", unit: Unit::Milliseconds, dimensions: &[] };
 
-// ---- wake-up quality: early, late, redundant (§11.1)
+// ---- wake-up quality: early, late, redundant (docs/design.md#observability)
 pub const EARLY_WAKE_UP: Metric = count_metric("EarlyWakeUp");
 /// The first close run of a due order came more than
 /// [`crate::usecases::close_order::LATE_WAKE_UP_AFTER`] after `expire_at`.
@@ -95,13 +96,14 @@ pub const LATE_WAKE_UP: Metric = count_metric("LateWakeUp");
 /// already on its way, or another closer's live lease.
 pub const REDUNDANT_WAKE_UP: Metric = count_metric("RedundantWakeUp");
 
-// ---- the close and the channel (§11.1: CLOSING past lease, unknown state, query timeouts)
+// ---- the close and the channel: CLOSING past lease, unknown state, query
+// timeouts (docs/design.md#observability)
 pub const CLOSING_PAST_LEASE: Metric = count_metric("ClosingPastLease");
 pub const PAYMENT_STATE_UNKNOWN: Metric = count_metric("PaymentStateUnknown");
 pub const PAID_WHILE_CLOSING: Metric = count_metric("PaidWhileClosing");
 /// A question to the channel not asked, or cut off, because a run's time
-/// budget ran out (close, settle, payment entry, operator check; README
-/// "Time budgets per function").
+/// budget ran out (close, settle, payment entry, operator check; see
+/// docs/architecture.md#time-budgets-per-function-a-channel-in-a-brownout).
 pub const CLOSE_BUDGET_SPENT: Metric = count_metric("CloseBudgetSpent");
 /// One per question to the channel about an attempt, by what it answered:
 /// `succeeded`, `failed`, `not_found`, `pending`, `unavailable` (a timeout
@@ -119,7 +121,8 @@ pub const WEBHOOK_SOURCE_REFUSED: Metric = count_metric("WebhookSourceRefused");
 /// the attempt's. Reconciliation finds the money side of the last two.
 pub const WEBHOOK_EVENT_IGNORED: Metric =
     Metric { name: "WebhookEventIgnored", unit: Unit::Count, dimensions: &["Reason"] };
-/// A success on an order already final: refunded, never revived (§11.1).
+/// A success on an order already final: refunded, never revived
+/// (docs/design.md#observability).
 pub const LATE_PAYMENT_REFUND: Metric = count_metric("LatePaymentRefund");
 
 // ---- refunds
@@ -130,7 +133,8 @@ pub const REFUND_DUPLICATE_DELIVERY: Metric = count_metric("RefundDuplicateDeliv
 /// A refund the channel accepted and has not finished (followed up later).
 pub const REFUND_CHANNEL_PENDING: Metric = count_metric("RefundChannelPending");
 
-// ---- release and settle (§11.1: release failures and the oldest pending one)
+// ---- release and settle: release failures and the oldest pending one
+// (docs/design.md#observability)
 pub const RESERVATIONS_RELEASED: Metric = count_metric("ReservationsReleased");
 pub const RELEASE_REFUSED: Metric = count_metric("ReleaseRefused");
 /// A release or settle that failed and will be retried (queue, then sweep).
@@ -149,7 +153,8 @@ pub const EVENTS_PUBLISHED: Metric = count_metric("EventsPublished");
 pub const EVENT_PUBLISH_RETRIED: Metric = count_metric("EventPublishRetried");
 pub const EVENT_PUBLISH_FAILED: Metric = count_metric("EventPublishFailed");
 
-// ---- the sweep (§11.1: what the backstop finds should stay near 0)
+// ---- the sweep: what the backstop finds should stay near 0
+// (docs/design.md#observability)
 pub const SWEEP_FOUND_OPEN: Metric = count_metric("SweepFoundOpen");
 pub const SWEEP_FOUND_EFFECTS: Metric = count_metric("SweepFoundEffects");
 pub const SWEEP_FOUND_REFUNDS: Metric = count_metric("SweepFoundRefunds");

@@ -1,8 +1,9 @@
-//! BENCHMARKS.md 3b: DynamoDB capacity units per lifecycle path, measured
-//! on DynamoDB Local through the real use cases and the production store
-//! adapter. The SDK client carries `system_tests::capacity::Meter`, which
-//! asks every call for `ReturnConsumedCapacity=INDEXES` and records what
-//! each response reports; nothing in the store changes.
+//! BENCHMARKS.md#what-does-an-order-cost-in-capacity-units: DynamoDB capacity
+//! units per lifecycle path, measured on DynamoDB Local through the real use
+//! cases and the production store adapter. The SDK client carries
+//! `system_tests::capacity::Meter`, which asks every call for
+//! `ReturnConsumedCapacity=INDEXES` and records what each response reports;
+//! nothing in the store changes.
 //!
 //! `DYNAMODB_LOCAL_ENDPOINT=http://127.0.0.1:8005 cargo bench -p system_tests --profile dev --bench capacity`
 
@@ -233,11 +234,12 @@ fn value_size(v: &Av) -> usize {
 
 /// What AWS would charge for one part of a call: DynamoDB Local reports
 /// single-item calls and queries by AWS's rules, but not transactions (a
-/// one-item transaction of a 50-byte item reports 4 WCU, two items 4, six
-/// items 8; see BENCHMARKS.md). For a transaction the table part is
-/// AWS's documented 2 WCU per item per started KB (every item here is under
-/// 1 KB, checked below) and the index part is half of what Local reports
-/// (Local reports 4 per index entry written: taken as 2, a transactional write).
+/// one-item transaction of a 50-byte item reports 4 WCU, two items 4, six items
+/// 8; see BENCHMARKS.md#does-dynamodb-local-count-like-aws). For a transaction
+/// the table part is AWS's documented 2 WCU per item per started KB (every item
+/// here is under 1 KB, checked below) and the index part is half of what Local
+/// reports (Local reports 4 per index entry written: taken as 2, a
+/// transactional write).
 fn aws_rule(c: &Call, u: &system_tests::capacity::Units) -> f64 {
     match (c.transact_items, u.on.contains('/')) {
         (Some(n), false) => 2.0 * n as f64,

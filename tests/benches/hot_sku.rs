@@ -1,6 +1,7 @@
-//! BENCHMARKS.md 3e: how many orders per second one SKU accepts before
-//! transaction conflicts dominate, measured on DynamoDB Local through the
-//! real `CreateOrder` use case and the production store adapter.
+//! BENCHMARKS.md#measured-locally-dynamodb-local: how many orders per second
+//! one SKU accepts before transaction conflicts dominate, measured on
+//! DynamoDB Local through the real `CreateOrder` use case and the production
+//! store adapter.
 //!
 //! Every accepted order decrements its SKU's stock item inside the create
 //! transaction, so all creators of one SKU write the same item. The store

@@ -17,7 +17,8 @@
 //! the change, both lines print that figure).
 //!
 //! Not in the figure: Lambda's own time per invocation and the mapping's
-//! polling (the AWS figure in BENCHMARKS.md adds them on paper).
+//! polling (the AWS figure in BENCHMARKS.md#the-relay-on-paper-for-aws adds
+//! them on paper).
 //!
 //! `cargo bench -p system_tests --profile dev --bench relay_throughput 2>/dev/null | grep -v '^{"'`
 

@@ -1,9 +1,9 @@
-//! BENCHMARKS.md 3c: what one sweep run costs when nothing is due, with
-//! 10^3, 10^4 and 10^5 closed orders in the table (plus 100 open orders
-//! not yet due), on DynamoDB Local. The closed orders are written as the
-//! store leaves them once their effects are done: final, out of the due
-//! index. The sweep is the production use case on the production store;
-//! the SDK client carries `system_tests::capacity::Meter`.
+//! BENCHMARKS.md#what-does-the-sweep-cost: what one sweep run costs when
+//! nothing is due, with 10^3, 10^4 and 10^5 closed orders in the table (plus
+//! 100 open orders not yet due), on DynamoDB Local. The closed orders are
+//! written as the store leaves them once their effects are done: final, out
+//! of the due index. The sweep is the production use case on the production
+//! store; the SDK client carries `system_tests::capacity::Meter`.
 //!
 //! `DYNAMODB_LOCAL_ENDPOINT=http://127.0.0.1:8005 cargo bench -p system_tests --profile dev --bench sweep_cost [-- MAX_N]`
 

@@ -1,6 +1,7 @@
-//! BENCHMARKS.md 3g: what the payment webhook spends refusing a junk
-//! notification, the figure behind the notify API's flood capacity
-//! (docs/payments.md, "Notification flood capacity").
+//! BENCHMARKS.md#what-does-refusing-a-junk-notification-cost: what the
+//! payment webhook spends refusing a junk notification, the figure behind the
+//! notify API's flood capacity (docs/payments.md, "Notification flood
+//! capacity").
 //!
 //! Each case drives the production handler (`handlers::http::payment_webhook`)
 //! with a Stripe-shaped request whose body is the largest the webhook takes

@@ -1100,6 +1100,7 @@ pub fn validate_event(event: &Value) {
 }
 
 pub mod fixtures;
+pub mod template;
 
 /// The buyer named by a create-order body's `user_id`: the use-case tests
 /// keep writing bodies as the API's clients did, and act as that buyer

@@ -330,8 +330,9 @@ async fn operator_checks_never_grow_the_order_item_so_a_payment_still_records() 
     assert!(matches!(res, Ok(SettleResult::Paid)), "the confirmed payment could not be recorded: {res:?}");
 }
 
-/// README ("the same success resent under a new notify_id is a duplicate
-/// too and changes nothing"): on a CLOSED order the resend changes nothing
+/// docs/payments.md#webhook-contract-for-payment-providers ("the same
+/// success resent under a new notify_id is a duplicate too and changes
+/// nothing"): on a CLOSED order the resend changes nothing
 /// (the refund's Put is refused), but `settle_success` reads the refund's
 /// refusal as `RefundPending`, so the webhook answers `refund_pending` and
 /// counts `LatePaymentRefund` again for every resend (an alarmed metric),

@@ -19,14 +19,7 @@ fn root() -> PathBuf {
 }
 
 fn translated(stage: &str) -> Value {
-    let out = std::process::Command::new(root().join(".venv/bin/python"))
-        .arg(root().join("infra/template_check.py"))
-        .args(["translate", stage])
-        .current_dir(root())
-        .output()
-        .expect("the repo's .venv python (infra/tools.sh creates it)");
-    assert!(out.status.success(), "translate {stage} failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("the translated template is JSON")
+    system_tests::template::translated(stage)
 }
 
 /// The metrics of the custom namespace an alarm watches, as (name, its

@@ -1,7 +1,8 @@
-//! The backstop end to end on the deployed local stack (seed 000 §13.1,
-//! §13.3): lost wake-ups (schedule deleted, never created), a closer that
-//! dies after CLOSING, a release that fails for a while, many closers at
-//! once, lazy expiry on read, and the operator's audited force-check.
+//! The backstop end to end on the deployed local stack
+//! (docs/design.md#fault-drills): lost wake-ups (schedule deleted, never
+//! created), a closer that dies after CLOSING, a release that fails for a
+//! while, many closers at once, lazy expiry on read, and the operator's
+//! audited force-check.
 //!
 //! Fault drills use the stack's fault switches (on in the dev stage the
 //! local run deploys, refused in prod); a fault only touches orders whose

@@ -1,6 +1,6 @@
 //! End to end on the deployed local stack: payments, signed webhooks, the
-//! close/pay race, late-payment refunds and reconciliation (seed 000 §6,
-//! §13.2; seed 003).
+//! close/pay race, late-payment refunds and reconciliation
+//! (docs/design.md#race-matrix).
 
 use aws_sdk_dynamodb::types::AttributeValue as Av;
 use order_core::signature;

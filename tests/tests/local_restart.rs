@@ -1,11 +1,11 @@
 //! The emulator-restart workaround of `infra/local.sh restart`, checked with
 //! ministack's own persistence code: ministack 1.5.33 saves each stream
 //! mapping's read position but not the stream's records, so the positions are
-//! rewound to 0 before it starts again (README, "What ministack does
-//! differently"). The state file is written and read back by ministack's
-//! `core.persistence` (`save_state` / `load_state`), so a change of its format
-//! fails here rather than silently in a restart drill. Needs `.venv`
-//! (infra/tools.sh).
+//! rewound to 0 before it starts again
+//! (docs/local-dev.md#what-ministack-does-differently-measured-with-ministack-1533).
+//! The state file is written and read back by ministack's `core.persistence`
+//! (`save_state` / `load_state`), so a change of its format fails here rather
+//! than silently in a restart drill. Needs `.venv` (infra/tools.sh).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

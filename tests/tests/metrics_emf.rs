@@ -1,5 +1,5 @@
-//! The EMF lines the use cases emit (seed 000 §11.1), read back as
-//! CloudWatch would: each parses as JSON, names its metric in namespace
+//! The EMF lines the use cases emit (docs/design.md#observability), read back
+//! as CloudWatch would: each parses as JSON, names its metric in namespace
 //! `OrderExpiry` with the catalog's unit, and carries the `Stack` dimension
 //! (plus the metric's own low-cardinality one), never an order id. The use
 //! cases run on DynamoDB Local with the clock and channel faked.

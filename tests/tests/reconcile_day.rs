@@ -605,11 +605,11 @@ async fn the_days_report_is_stored_when_the_last_piece_is_redelivered_after_its_
     );
 }
 
-/// infra/data-model.md lets an operator lower `DueIndexShardsSweep` once
-/// the due index's old entries are gone (a payment window plus the
-/// effects grace). The reconcile index's entries never leave: an order
-/// made final on D under 16 shards must still be read by a run with the
-/// lowered count (8 pieces).
+/// docs/data-model.md#the-due-index-gsi-due-index-open-orders-and-pending-effects
+/// lets an operator lower `DueIndexShardsSweep` once the due index's old
+/// entries are gone (a payment window plus the effects grace). The reconcile
+/// index's entries never leave: an order made final on D under 16 shards must
+/// still be read by a run with the lowered count (8 pieces).
 #[tokio::test]
 async fn an_order_final_before_the_shard_count_was_lowered_is_read_by_its_days_run() {
     let w = World::new().await;

@@ -1,4 +1,5 @@
-//! Refunds in the effects backstop (infra/data-model.md, "The due index"):
+//! Refunds in the effects backstop
+//! (docs/data-model.md#the-due-index-gsi-due-index-open-orders-and-pending-effects):
 //! a REFUND_PENDING refund is in the due index under its order's `FX#`
 //! shard, a re-drive pushes it forward, and the write that leaves
 //! REFUND_PENDING takes it out. On DynamoDB Local.

@@ -7,21 +7,10 @@
 //! Needs the repo's `.venv` (as the other template tests), no stack.
 
 use serde_json::{json, Value};
+use system_tests::template::{self, consumers_of, depth_alarms_of, has_runbook_entry, of_type};
 
 fn translated() -> Value {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = std::process::Command::new(root.join(".venv/bin/python"))
-        .arg(root.join("infra/template_check.py"))
-        .args(["translate", "dev"])
-        .current_dir(&root)
-        .output()
-        .expect("the repo's .venv python (infra/tools.sh creates it)");
-    assert!(out.status.success(), "translate failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("the translated template is JSON")
-}
-
-fn of_type<'a>(t: &'a Value, kind: &str) -> Vec<(&'a String, &'a Value)> {
-    t["Resources"].as_object().unwrap().iter().filter(|(_, r)| r["Type"] == kind).collect()
+    template::translated("dev")
 }
 
 #[test]
@@ -34,33 +23,15 @@ fn the_pending_effects_queue_dead_letters_after_ten_receives_into_an_alarmed_dlq
     assert_eq!(redrive["maxReceiveCount"], 10);
     assert_eq!(t["Resources"]["PendingEffectsQueueDLQ"]["Type"], "AWS::SQS::Queue");
 
-    let dlq_name = json!({"Fn::GetAtt": ["PendingEffectsQueueDLQ", "QueueName"]});
-    let alarms: Vec<&String> = of_type(&t, "AWS::CloudWatch::Alarm")
-        .into_iter()
-        .filter(|(_, a)| {
-            let p = &a["Properties"];
-            p["MetricName"] == "ApproximateNumberOfMessagesVisible"
-                && p["Threshold"] == 0
-                && p["ComparisonOperator"] == "GreaterThanThreshold"
-                && p["Dimensions"].as_array().is_some_and(|d| d.iter().any(|d| d["Value"] == dlq_name))
-                && p["AlarmActions"].as_array().is_some_and(|a| !a.is_empty())
-        })
-        .map(|(id, _)| id)
-        .collect();
+    let alarms = depth_alarms_of(&t, "PendingEffectsQueueDLQ");
     assert_eq!(alarms, ["PendingEffectsQueueDLQAlarm"], "one alarm on the DLQ's visible messages");
-    let runbooks = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/runbooks.md")).unwrap();
-    assert!(runbooks.lines().any(|l| l.trim() == "### PendingEffectsQueueDLQAlarm"), "its runbook entry");
+    assert!(has_runbook_entry("PendingEffectsQueueDLQAlarm"), "its runbook entry");
 }
 
 #[test]
 fn drive_effects_consumes_the_queue_in_batches_of_ten_naming_only_failed_messages() {
     let t = translated();
-    let source = json!({"Fn::GetAtt": ["PendingEffectsQueue", "Arn"]});
-    let mappings: Vec<&Value> = of_type(&t, "AWS::Lambda::EventSourceMapping")
-        .into_iter()
-        .map(|(_, m)| &m["Properties"])
-        .filter(|p| p["EventSourceArn"] == source)
-        .collect();
+    let mappings = consumers_of(&t, "PendingEffectsQueue");
     assert_eq!(mappings.len(), 1, "one consumer of the queue");
     let m = mappings[0];
     assert_eq!(m["FunctionName"], json!({"Ref": "DriveEffectsFunction"}));
@@ -105,8 +76,7 @@ fn a_failed_pending_effect_raises_an_alarm_on_effect_failed_backstop_with_a_runb
         .map(|(id, _)| id)
         .collect();
     assert_eq!(alarms, ["DriveEffectsFailedAlarm"], "one alarm on failed pending effects");
-    let runbooks = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/runbooks.md")).unwrap();
-    assert!(runbooks.lines().any(|l| l.trim() == "### DriveEffectsFailedAlarm"), "its runbook entry");
+    assert!(has_runbook_entry("DriveEffectsFailedAlarm"), "its runbook entry");
     let handler = include_str!("../../shared/src/handlers/effects.rs");
     assert!(handler.contains(r#"EFFECT_FAILED.emit(1.0, &["backstop"])"#), "the metric drive-effects emits");
 }

@@ -8,21 +8,10 @@
 //! no stack.
 
 use serde_json::{json, Value};
+use system_tests::template::{self, consumers_of, depth_alarms_of, has_runbook_entry, of_type};
 
 fn translated() -> Value {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = std::process::Command::new(root.join(".venv/bin/python"))
-        .arg(root.join("infra/template_check.py"))
-        .args(["translate", "dev"])
-        .current_dir(&root)
-        .output()
-        .expect("the repo's .venv python (infra/tools.sh creates it)");
-    assert!(out.status.success(), "translate failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("the translated template is JSON")
-}
-
-fn of_type<'a>(t: &'a Value, kind: &str) -> Vec<(&'a String, &'a Value)> {
-    t["Resources"].as_object().unwrap().iter().filter(|(_, r)| r["Type"] == kind).collect()
+    template::translated("dev")
 }
 
 #[test]
@@ -50,33 +39,15 @@ fn the_piece_queue_dead_letters_after_three_receives_into_an_alarmed_dlq_with_a_
     assert_eq!(redrive["maxReceiveCount"], 3);
     let timeout = t["Resources"]["ReconcilePieceFunction"]["Properties"]["Timeout"].as_i64().unwrap();
     assert!(queue["VisibilityTimeout"].as_i64().unwrap() >= timeout, "a running piece is not handed out twice");
-    let dlq_name = json!({"Fn::GetAtt": ["ReconcilePieceDLQ", "QueueName"]});
-    let alarms: Vec<&String> = of_type(&t, "AWS::CloudWatch::Alarm")
-        .into_iter()
-        .filter(|(_, a)| {
-            let p = &a["Properties"];
-            p["MetricName"] == "ApproximateNumberOfMessagesVisible"
-                && p["Threshold"] == 0
-                && p["ComparisonOperator"] == "GreaterThanThreshold"
-                && p["Dimensions"].as_array().is_some_and(|d| d.iter().any(|d| d["Value"] == dlq_name))
-                && p["AlarmActions"].as_array().is_some_and(|a| !a.is_empty())
-        })
-        .map(|(id, _)| id)
-        .collect();
+    let alarms = depth_alarms_of(&t, "ReconcilePieceDLQ");
     assert_eq!(alarms, ["ReconcilePieceDLQAlarm"], "one alarm on the DLQ's visible messages");
-    let runbooks = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/runbooks.md")).unwrap();
-    assert!(runbooks.lines().any(|l| l.trim() == "### ReconcilePieceDLQAlarm"), "its runbook entry");
+    assert!(has_runbook_entry("ReconcilePieceDLQAlarm"), "its runbook entry");
 }
 
 #[test]
 fn the_worker_takes_one_piece_per_message_and_names_a_failed_one() {
     let t = translated();
-    let source = json!({"Fn::GetAtt": ["ReconcilePieceQueue", "Arn"]});
-    let mappings: Vec<&Value> = of_type(&t, "AWS::Lambda::EventSourceMapping")
-        .into_iter()
-        .map(|(_, m)| &m["Properties"])
-        .filter(|p| p["EventSourceArn"] == source)
-        .collect();
+    let mappings = consumers_of(&t, "ReconcilePieceQueue");
     assert_eq!(mappings.len(), 1, "one consumer of the queue");
     assert_eq!(mappings[0]["FunctionName"], json!({"Ref": "ReconcilePieceFunction"}));
     assert_eq!(mappings[0]["BatchSize"], 1);

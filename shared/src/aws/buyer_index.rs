@@ -4,7 +4,7 @@
 //! before the index existed: DynamoDB fills a new GSI from the table), and
 //! so do refunds, which the query's filter on `entity` leaves out. It
 //! projects what a list line shows; its reads are eventually consistent.
-//! Layout in `infra/data-model.md` ("The buyer index").
+//! Layout in `docs/data-model.md#the-buyer-index-gsi-buyer-index-a-buyers-own-orders`.
 
 use super::due_index::{cursor_of, item_of};
 use super::dynamo::{s, DynamoStore};

@@ -1,6 +1,6 @@
 //! The DynamoDB adapter of [`DueIndex`]: paginated queries of one shard of
 //! the sparse `due-index` GSI, and the sweep's cursor record. Layout in
-//! `infra/data-model.md` ("The due index").
+//! `docs/data-model.md#the-due-index-gsi-due-index-open-orders-and-pending-effects`.
 
 use super::dynamo::{key, keys, n, s, DynamoStore, Item};
 use crate::domain::{OrderId, PaymentId, Timestamp};

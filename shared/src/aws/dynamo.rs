@@ -1,5 +1,5 @@
 //! The DynamoDB adapter of [`OrderStore`]. The table layout is documented in
-//! `infra/data-model.md`; the order-partition keys are spelled by the
+//! `docs/data-model.md`; the order-partition keys are spelled by the
 //! helpers below, the payment-side ones in `payments.rs`.
 
 use super::holdings;
@@ -50,7 +50,7 @@ pub const DEFAULT_DUE_SHARDS: u32 = 16;
 /// `count`; the sweep queries shards `0..sweep_count`, where
 /// `sweep_count >= count` is the highest count any live record was written
 /// under, so lowering the count never strands an order (see
-/// `infra/data-model.md`).
+/// `docs/data-model.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DueShards {
     pub count: u32,

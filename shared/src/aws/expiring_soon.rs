@@ -1,6 +1,7 @@
 //! The DynamoDB adapter of [`ExpiringSoonNotices`]: a range read of one
 //! OPEN shard of the due index, and the notice's conditional write on the
-//! order item. Layout in `infra/data-model.md` ("The heads-up").
+//! order item. Layout in `docs/data-model.md#access-patterns` ("the heads-up
+//! before expiry").
 
 use super::due_index::{cursor_of, due_item};
 use super::dynamo::{key, keys, s, send_single, DynamoStore};

@@ -215,9 +215,10 @@ impl DynamoStore {
         let mut item: Item = serde_dynamo::to_item(&refund).expect("serialisable");
         item.extend(key(keys::order(&order.order_id), &keys::refund_sk(&payment.payment_id)));
         item.insert("entity".into(), s("REFUND"));
-        // The backstop entry (infra/data-model.md, due index): if
-        // the stream record or the queue message that should
-        // drive this refund is lost, the sweep finds it here.
+        // The backstop entry (see
+        // docs/data-model.md#the-due-index-gsi-due-index-open-orders-and-pending-effects):
+        // if the stream record or the queue message that should drive this
+        // refund is lost, the sweep finds it here.
         item.insert("due_shard".into(), s(keys::effects_shard(&order.order_id, self.shards().count)));
         item.insert("due_at".into(), s(now.plus(REFUND_REDRIVE_AFTER).to_string()));
         put(self.table(), item, Some("attribute_not_exists(pk)"))

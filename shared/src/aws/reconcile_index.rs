@@ -1,7 +1,8 @@
 //! The DynamoDB adapter of a day's reconciliation: queries of the sparse
 //! `reconcile-index` GSI (a day's shard, the catalog) and of the due index,
 //! order partitions read by key, and the runs' records (`RECON#<day>`).
-//! Layout in `infra/data-model.md` ("The reconcile index").
+//! Layout in
+//! `docs/data-model.md#the-reconcile-index-gsi-reconcile-index-what-a-days-run-reads`.
 
 use super::due_index::{cursor_of, item_of};
 use super::dynamo::{each_queried, key, s, DynamoStore, Item};

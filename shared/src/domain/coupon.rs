@@ -1,7 +1,8 @@
-//! Coupon locks (seed 000 §8.2). An order locks a coupon when it is created;
-//! when the order ends, the lock ends in one of four outcomes with a reason:
-//! AVAILABLE (given back), EXPIRED (its own validity passed meanwhile), VOID
-//! (cancelled by an operator rule) or USED (the order was paid).
+//! Coupon locks (docs/design.md#coupon-rule). An order locks a coupon when it
+//! is created; when the order ends, the lock ends in one of four outcomes
+//! with a reason: AVAILABLE (given back), EXPIRED (its own validity passed
+//! meanwhile), VOID (cancelled by an operator rule) or USED (the order was
+//! paid).
 
 use super::{Refused, Step};
 use serde::{Deserialize, Serialize};

@@ -1,6 +1,6 @@
-//! Payment windows by rule (seed 000 §1.2, §4.2): different products and
-//! campaigns get different windows, fixed on the order at create together
-//! with the version of the rules that gave it.
+//! Payment windows by rule (docs/design.md#expiry-fixed-at-create): different
+//! products and campaigns get different windows, fixed on the order at create
+//! together with the version of the rules that gave it.
 //!
 //! A rule set is published whole and never changed: each publication is a
 //! new version. An order keeps the `expire_at` and `expiry_rule_version` it

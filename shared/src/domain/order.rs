@@ -1,4 +1,5 @@
-//! The order state machine (seed 000 §2.1) and the close decision (§5).
+//! The order state machine (docs/design.md#states) and the close decision
+//! (docs/design.md#close-protocol).
 //!
 //! ```text
 //! PENDING_PAYMENT ──CloseUnpaid (due, no payment attempt)──▶ CLOSED
@@ -259,7 +260,8 @@ pub enum CloseDecision {
 }
 
 /// The close decision is made from the order's own record and server time;
-/// the message that triggered it carries no authority (seed 000 §3.2).
+/// the message that triggered it carries no authority
+/// (docs/design.md#reminder-not-truth).
 pub fn decide_close(order: &Order, now: Timestamp) -> CloseDecision {
     match order.status {
         s @ (OrderStatus::Paid | OrderStatus::Closed) => CloseDecision::AlreadyFinal(s),
@@ -281,7 +283,7 @@ pub enum PaymentSuccessOutcome {
     /// The order is PAID by this same payment: a duplicate.
     Duplicate,
     /// The order is CLOSED, or PAID by a different payment: the money must
-    /// go back; the order is never revived (seed 000 §6.2).
+    /// go back; the order is never revived (docs/design.md#no-revival).
     Refund,
 }
 

@@ -1,5 +1,5 @@
-//! Payment attempts and refunds (seed 000 §2.2, seed 003 §05). The order
-//! says how the deal ended; the payment attempt says what the channel did
+//! Payment attempts and refunds (docs/design.md#states). The order says
+//! how the deal ended; the payment attempt says what the channel did
 //! with the money. They are related but never merged.
 
 use serde::{Deserialize, Serialize};

@@ -7,8 +7,8 @@
 use super::*;
 use serde::{Deserialize, Serialize};
 
-/// One thing an open order holds (seed 000 §2.3: one reservation per
-/// `order_id + resource_type + resource_key`): units of a SKU's stock,
+/// One thing an open order holds (docs/design.md#holdings: one reservation
+/// per `order_id + resource_type + resource_key`): units of a SKU's stock,
 /// units of the buyer's purchase limit of a SKU, the buyer's loyalty
 /// points, or one of the buyer's open-order slots. Every kind moves
 /// through the same state machine ([`super::reservation`]): held at
@@ -222,10 +222,10 @@ pub struct Coupon {
     pub locked_by: Option<OrderId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// The coupon's rule (seed 000 §8.2): a returnable coupon goes back to
-    /// its owner when the order closes unpaid; a non-returnable one (e.g. a
-    /// one-shot promotion) ends VOID. Coupons written before the field
-    /// existed are returnable.
+    /// The coupon's rule (docs/design.md#coupon-rule): a returnable coupon
+    /// goes back to its owner when the order closes unpaid; a non-returnable
+    /// one (e.g. a one-shot promotion) ends VOID. Coupons written before the
+    /// field existed are returnable.
     #[serde(default = "returnable_by_default")]
     pub returnable: bool,
 }

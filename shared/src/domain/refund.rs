@@ -1,6 +1,7 @@
-//! The refund of a payment that succeeded after its order was final (seed
-//! 000 §6.2): REFUND_PENDING → REFUNDED | REFUND_FAILED (→ REFUNDED after a
-//! redrive). The record lives beside the order, under its partition.
+//! The refund of a payment that succeeded after its order was final
+//! (docs/design.md#no-revival): REFUND_PENDING → REFUNDED | REFUND_FAILED
+//! (→ REFUNDED after a redrive). The record lives beside the order, under
+//! its partition.
 
 use super::{ChannelName, Currency, OrderId, PaymentId, RefundStatus, Timestamp};
 use serde::{Deserialize, Serialize};

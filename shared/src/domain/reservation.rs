@@ -1,4 +1,4 @@
-//! Stock reservations (seed 000 §2.3, §8.1). Stock moves because a
+//! Stock reservations (docs/design.md#holdings). Stock moves because a
 //! reservation changes state, never because a message arrived: a duplicate
 //! release finds RELEASED and adds nothing.
 

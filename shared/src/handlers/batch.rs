@@ -72,12 +72,13 @@ where
 /// Processes SQS messages one after the other and names only the failed
 /// ones, so one bad message never makes the rest of the batch run again.
 ///
-/// One at a time on purpose: handling a batch's messages concurrently (up
-/// to 10) was tried for the drain benchmark (BENCHMARKS.md 3a) and made no
+/// One at a time on purpose: handling a batch's messages concurrently (up to
+/// 10) was tried for the drain benchmark
+/// (BENCHMARKS.md#history-the-10000-order-drain-on-2026-11-30) and made no
 /// difference on the emulator, while on AWS it would multiply the
 /// transactions meeting on one hot SKU's stock item during a mass expiry
-/// (every release of a batch at once, times the mapping's concurrency), and
-/// a transaction that loses its retries waits out the queue's visibility
+/// (every release of a batch at once, times the mapping's concurrency), and a
+/// transaction that loses its retries waits out the queue's visibility
 /// timeout.
 pub async fn each_sqs_message<F, Fut, E>(event: SqsEvent, mut f: F) -> SqsBatchResponse
 where

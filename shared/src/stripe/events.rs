@@ -6,8 +6,9 @@ use crate::usecases::channel_events::ChannelEvent;
 use serde::Deserialize;
 use std::collections::HashMap;
 
-/// The events the webhook endpoint is registered for (README, "Payment
-/// providers"); any other type is acknowledged and counted.
+/// The events the webhook endpoint is registered for
+/// (docs/payments.md#payment-providers); any other type is acknowledged and
+/// counted.
 pub const SUBSCRIBED: [&str; 8] = [
     "payment_intent.succeeded",
     "payment_intent.processing",

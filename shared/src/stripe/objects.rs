@@ -64,11 +64,11 @@ impl PaymentIntent {
     }
 }
 
-/// What a PaymentIntent's status means for the close protocol (seed 000
-/// §5: ask the channel before closing). An intent that is still open —
-/// waiting for a payment method, a confirmation, 3-D Secure, or the bank
-/// (`processing`) — is `Pending`: the closer then cancels it, and Stripe
-/// refuses to cancel one that is processing, which holds the order.
+/// What a PaymentIntent's status means for the close protocol (ask the
+/// channel before closing; docs/design.md#close-money-facts). An intent that
+/// is still open — waiting for a payment method, a confirmation, 3-D Secure,
+/// or the bank (`processing`) — is `Pending`: the closer then cancels it, and
+/// Stripe refuses to cancel one that is processing, which holds the order.
 /// A status this code does not know is an error: unknown, so held.
 pub fn intent_state(pi: &PaymentIntent) -> Result<ChannelPayment, String> {
     Ok(match pi.status.as_str() {

@@ -1,6 +1,6 @@
-//! The close use case (seed 000 §5, §9): every wake-up — the scheduled one,
-//! a swept one, a retried one — ends here, and the decision is taken from
-//! the order's record and server time, never from the message.
+//! The close use case (docs/design.md#close-protocol): every wake-up — the
+//! scheduled one, a swept one, a retried one — ends here, and the decision is
+//! taken from the order's record and server time, never from the message.
 //!
 //! - Not due yet: put the reminder back for the remaining time.
 //! - Due, no payment attempt: PENDING_PAYMENT → CLOSED in one conditional
@@ -449,9 +449,9 @@ where
     }
 }
 
-/// An order just closed at `now` (seed 000 §11.1). Only an expiry feeds
-/// `ExpiryToCloseDelay`: a buyer's cancel closes at once, and its figures
-/// would hide how late the wake-ups run.
+/// An order just closed at `now` (docs/design.md#observability). Only an
+/// expiry feeds `ExpiryToCloseDelay`: a buyer's cancel closes at once, and
+/// its figures would hide how late the wake-ups run.
 fn closed(order: &Order, now: Timestamp) {
     metrics::ORDER_CLOSED.count(1);
     if order.close_reason() == CloseReason::Expired {
@@ -478,9 +478,10 @@ pub async fn within<T>(until: Option<std::time::Instant>, call: impl std::future
 }
 
 /// Asks the channel about one attempt. A payment the channel still
-/// calls processing is closed at the channel (seed 000 §5.2: query or
-/// close), so that an abandoned payment cannot hold the order forever;
-/// if it was paid meanwhile, closing it reports the success.
+/// calls processing is closed at the channel (query or close; see
+/// docs/design.md#close-money-facts), so that an abandoned payment cannot
+/// hold the order forever; if it was paid meanwhile, closing it reports the
+/// success.
 pub(crate) async fn channel_verdict<C: PaymentChannel>(
     channel: &C,
     p: &PaymentAttempt,

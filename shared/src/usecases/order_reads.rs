@@ -1,6 +1,7 @@
-//! Reading an order, with lazy expiry (seed 002 §3.3): a buyer who looks at
-//! an order whose window has passed is told so at once, even if its close
-//! has not happened yet, and the read nudges the closer with one reminder.
+//! Reading an order, with lazy expiry (docs/design.md#lazy-expiry): a buyer
+//! who looks at an order whose window has passed is told so at once, even if
+//! its close has not happened yet, and the read nudges the closer with one
+//! reminder.
 //! The read never writes a status: closing is the close use case's job.
 
 use crate::domain::*;

@@ -1,6 +1,6 @@
-//! Payment entry and payment notifications (seed 000 §6, seed 003).
+//! Payment entry and payment notifications (docs/design.md#race-matrix).
 //!
-//! The race matrix of seed 000 §6.1, as implemented by
+//! The race matrix (docs/design.md#race-matrix), as implemented by
 //! [`handle_notification`] and the store's `settle_success`:
 //!
 //! | order when the success lands | outcome |

@@ -1,4 +1,4 @@
-//! Reconciliation (seed 000 §12, seed 003 §06): cross-checks orders,
+//! Reconciliation (docs/design.md#reconciliation): cross-checks orders,
 //! payment attempts, refunds, reservations and stock against each other
 //! and against the channel's own ledger, and reports every discrepancy by
 //! kind. It only reads.
@@ -462,7 +462,7 @@ fn discrepancy(kind: DiscrepancyKind, order: &OrderId, payment: Option<&PaymentI
 
 /// The checks of one order's records against the channel's lines of its
 /// payments: amounts, successes the order does not reflect, refunds, and
-/// the funds identity (seed 003 §06).
+/// the funds identity (docs/design.md#funds-identity).
 pub(crate) fn channel_checks(
     r: &OrderRecord,
     ledger: &Ledger,
@@ -575,8 +575,8 @@ fn refund_checks(
     false
 }
 
-/// The funds identity (seed 003 §06): closed ⇒ paid − refunded = 0;
-/// paid ⇒ paid − refunded = the order amount.
+/// The funds identity (docs/design.md#funds-identity):
+/// closed ⇒ paid − refunded = 0; paid ⇒ paid − refunded = the order amount.
 fn funds_identity(o: &Order, paid: i64, refunded: i64, out: &mut Vec<Discrepancy>) {
     let net = paid - refunded;
     let expected = match o.status {
@@ -687,10 +687,11 @@ pub fn reconcile(snapshot: &TableSnapshot, statement: Option<&Statement>, bounds
     }
 }
 
-/// What the table holds open when the run reads it (seed 000 §11.1: open
-/// orders and the oldest one's age; the refund backlog). The full read is
-/// the reconciliation's anyway; the sweep, which runs every minute, reads
-/// only what is overdue and so cannot count what is merely open.
+/// What the table holds open when the run reads it (open orders and the
+/// oldest one's age; the refund backlog; see docs/design.md#observability).
+/// The full read is the reconciliation's anyway; the sweep, which runs every
+/// minute, reads only what is overdue and so cannot count what is merely
+/// open.
 #[derive(Debug, PartialEq)]
 pub struct Backlog {
     pub open_orders: u64,

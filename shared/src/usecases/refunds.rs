@@ -1,7 +1,7 @@
-//! The refund worker (seed 003 §05): REFUND_PENDING → REFUNDED through the
-//! channel with an idempotency key, retried with exponential backoff a
-//! bounded number of times, then REFUND_FAILED, the dead-letter queue and an
-//! alarm for a person.
+//! The refund worker (docs/design.md#refunds): REFUND_PENDING → REFUNDED
+//! through the channel with an idempotency key, retried with exponential
+//! backoff a bounded number of times, then REFUND_FAILED, the dead-letter
+//! queue and an alarm for a person.
 //!
 //! A refund may be driven by several deliveries at once (a redelivered
 //! stream record, a duplicate queue message, the backstop's re-drive). The

@@ -1,7 +1,7 @@
-//! Release and settle (seed 000 §8): what happens to the resources an order
-//! holds once it is final. Both run from the table stream, so a duplicate or
-//! replayed record is normal; idempotency comes from each reservation's and
-//! lock's own state, never from counting messages.
+//! Release and settle (docs/design.md#holdings): what happens to the
+//! resources an order holds once it is final. Both run from the table stream,
+//! so a duplicate or replayed record is normal; idempotency comes from each
+//! reservation's and lock's own state, never from counting messages.
 
 use crate::domain::*;
 use crate::metrics;

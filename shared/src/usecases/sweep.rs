@@ -1,4 +1,4 @@
-//! The sweep (seed 000 §7.1, §9.4; seed 002 §4): the second trigger path.
+//! The sweep (docs/design.md#backstop): the second trigger path.
 //! A wake-up is a reminder, never the truth, and reminders get lost (a
 //! schedule never created or deleted, a message dead-lettered, a stream
 //! record skipped). Every run queries each shard of the due index for what
@@ -580,9 +580,9 @@ fn merge(into: &mut SweepReport, r: SweepReport) {
     into.oldest_effect_overdue = into.oldest_effect_overdue.max(r.oldest_effect_overdue);
 }
 
-/// The backstop's figures as metrics (seed 000 §11.1): what a run found
-/// (should stay near 0), how old the oldest overdue things are, and that
-/// the run completed (the "sweep not running" alarm watches this).
+/// The backstop's figures as metrics (docs/design.md#observability): what
+/// a run found (should stay near 0), how old the oldest overdue things are,
+/// and that the run completed (the "sweep not running" alarm watches this).
 pub fn emit_metrics(report: &SweepReport, duration: Duration) {
     metrics::SWEEP_FOUND_OPEN.count(u64::from(report.open_found));
     metrics::SWEEP_FOUND_EFFECTS.count(u64::from(report.effects_found));

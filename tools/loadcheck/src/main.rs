@@ -122,7 +122,8 @@ pub struct Args {
     /// `--unpaid-only` is `--only never-paid`.
     #[arg(long, value_enum)]
     pub only: Option<crate::scenario::Scenario>,
-    /// The drain benchmark's placement (3a in BENCHMARKS.md): the orders
+    /// The drain benchmark's placement
+    /// (BENCHMARKS.md#how-fast-does-a-mass-expiry-drain): the orders
     /// are placed by the create use case against the stack's table from
     /// this process instead of through the API (which cannot create 10,000
     /// within a minute locally), each with the window that makes the

@@ -803,7 +803,7 @@ fn check_refunds(o: &OrderUnderCheck, p: &Payments, found: &mut Findings) {
     }
 }
 
-/// The funds identity on the channel's own figures (seed 003 §06).
+/// The funds identity on the channel's own figures (docs/design.md#funds-identity).
 fn check_funds_identity(o: &OrderUnderCheck, rows: &[&Value], amount: i64, found: &mut Findings) {
     let status = &o.status;
     let received: i64 = rows.iter().filter(|c| c["status"] == "SUCCEEDED").filter_map(|c| c["amount"].as_i64()).sum();
@@ -958,7 +958,7 @@ fn check_buyer_counters(
 }
 
 /// The statuses a reservation row can have (`ReservationStatus`,
-/// infra/data-model.md), written out here rather than decoded with the
+/// docs/data-model.md), written out here rather than decoded with the
 /// domain's type so that a row the domain would refuse is seen as such.
 const RESERVATION_STATUSES: [&str; 3] = ["RESERVED", "RELEASED", "CONFIRMED"];
 /// The statuses a coupon lock row can have (`CouponLockStatus`).

@@ -1,5 +1,6 @@
 //! `orderctl stuck`: what the backstop has not finished, from the sparse
-//! due index (never a scan; layout in `infra/data-model.md`):
+//! due index (never a scan; layout in
+//! `docs/data-model.md#the-due-index-gsi-due-index-open-orders-and-pending-effects`):
 //!
 //! - `OPEN#n` entries past due: CLOSING orders past their lease (a closer
 //!   died, or nobody resumed an unknown payment state) and PENDING_PAYMENT
@@ -88,7 +89,7 @@ pub struct Report {
     pub dead_letter_queues: Vec<Depth>,
     /// Every non-empty shard of the index, due or not: how many entries and
     /// the oldest `due_at` (what lowering `DueIndexShards` waits on:
-    /// `infra/data-model.md`).
+    /// `docs/data-model.md#the-due-index-gsi-due-index-open-orders-and-pending-effects`).
     pub index_shards: Vec<ShardSummary>,
     /// Index keys this version does not know.
     pub unrecognised: Vec<String>,
