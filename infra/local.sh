@@ -16,7 +16,7 @@ Commands
   restart stop the emulator and start it again with its state (only after
           `PERSIST_STATE=1 infra/local.sh up`): the emulator-restart drill;
           the stream mappings' saved read positions are rewound to 0 first
-          (ministack does not keep stream records; see README)
+          (ministack does not keep stream records; see docs/local-dev.md, "What ministack does differently")
   redeploy  build, then update the running stack with the new bootstrap
           (same parameters; the emulator, its data and localstripe keep running)
   status  show what is running and the stack outputs

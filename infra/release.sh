@@ -24,8 +24,8 @@ Options
                 folder template.yaml names, target/lambda/bootstrap/)
 
 Needs: python3 (>= 3.10, venv), cargo and rustup on PATH. A cold build takes
-a while (the whole AWS SDK with fat LTO; see BENCHMARKS.md 3d for a figure).
-Then: sam deploy (README, "Deploying to production").
+a while (the whole AWS SDK with fat LTO; see BENCHMARKS.md, "Cold start and memory", for a figure).
+Then: sam deploy (docs/operations.md, "Deploying to production").
 USAGE
 }
 
