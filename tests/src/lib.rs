@@ -42,7 +42,11 @@ fn stack_file() -> &'static HashMap<String, String> {
 }
 
 /// Stack outputs written by `infra/local.sh up` (`.local/stack.env`), with
-/// the process environment taking precedence.
+/// the process environment taking precedence: an output (an endpoint, a
+/// queue URL) may be pointed at another stack by exporting it. A setting
+/// the stack was deployed with is read the other way round
+/// ([`deployed_setting`]): the file is the deploy's own record of it. Under
+/// `infra/test.sh` both agree (it exports the file it wrote).
 pub fn stack_env(name: &str) -> String {
     if let Ok(v) = std::env::var(name) {
         return v;

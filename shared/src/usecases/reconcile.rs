@@ -104,9 +104,11 @@ impl DiscrepancyKind {
     }
 }
 
+/// The wire name, padded like a `&str` (`{:<40}` lines up a table as the
+/// string kinds did).
 impl std::fmt::Display for DiscrepancyKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -718,6 +720,24 @@ impl Backlog {
 mod tests {
     use super::*;
     use crate::store::{PaymentAttempt, Refund, Reservation, TableSnapshot};
+
+    #[test]
+    fn kinds_order_print_and_serialize_as_their_wire_names_did() {
+        let mut by_ord = DiscrepancyKind::ALL.to_vec();
+        by_ord.sort();
+        let mut by_name = DiscrepancyKind::ALL.to_vec();
+        by_name.sort_by_key(|k| k.as_str());
+        assert_eq!(by_ord, by_name, "Ord is the wire names' order");
+        let k = DiscrepancyKind::ALL[0];
+        assert_eq!(format!("{k:<40}|"), format!("{:<40}|", k.as_str()), "Display pads like a &str");
+        let counts: std::collections::BTreeMap<DiscrepancyKind, u32> =
+            DiscrepancyKind::ALL.iter().map(|k| (*k, 1)).collect();
+        let json = serde_json::to_value(&counts).unwrap();
+        let keys: Vec<&String> = json.as_object().unwrap().keys().collect();
+        let mut names: Vec<&str> = DiscrepancyKind::ALL.iter().map(|k| k.as_str()).collect();
+        names.sort();
+        assert_eq!(keys, names, "a report's counts serialize under the wire names, in their order");
+    }
 
     fn order(id: &str, status: OrderStatus, paid_by: Option<&str>) -> Order {
         Order {
