@@ -9,8 +9,8 @@ Usage: infra/test.sh [--help]
   1. infra/tools.sh                  .venv + DynamoDB Local under .tools/
   2. infra/local.sh build            cargo build --workspace --bins (debug)
   3. cfn-lint template.yaml, checkov (template.yaml with its loops expanded,
-     and its dev/prod translations; skips in .checkov.yaml), cargo fmt --check (when rustfmt
-     is installed)
+     and its dev/prod translations; skips in .checkov.yaml), cargo fmt --check and
+     cargo clippy -D warnings (when rustfmt and clippy are installed)
   4. DynamoDB Local on 127.0.0.1:8000 (in-memory)
   5. the tests that write 10,000 orders (-E 'test(ten_thousand)'), one at a
      time, each on a fresh DynamoDB Local of its own on 127.0.0.1:8010,
@@ -94,6 +94,14 @@ if cargo fmt --version >/dev/null 2>&1; then
   cargo fmt --all --check || die "code is not formatted: run cargo fmt --all"
 else
   say "rustfmt not installed: formatting not checked"
+fi
+
+if cargo clippy --version >/dev/null 2>&1; then
+  step "cargo clippy --workspace --all-targets -- -D warnings"
+  cargo clippy --workspace --all-targets --quiet -- -D warnings \
+    || die "clippy found issues (fix them; an allow needs a comment saying why)"
+else
+  say "clippy not installed: lints not checked"
 fi
 
 # Starts DynamoDB Local (in-memory) on port $1, its pid in $2.pid and its

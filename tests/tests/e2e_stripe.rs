@@ -313,7 +313,9 @@ async fn forged_stale_and_unsigned_stripe_webhooks_are_refused_and_write_nothing
     let t = now_secs();
     let good = signature(&current_secret(), t, &body);
     let tampered = body.replacen("\"canceled\"", "\"succeeded\"", 1);
-    let cases: Vec<(&str, Vec<(&str, String)>, String)> = vec![
+    // (what the case is, its headers, its body)
+    type Case<'a> = (&'a str, Vec<(&'a str, String)>, String);
+    let cases: Vec<Case> = vec![
         ("unsigned", vec![], body.clone()),
         ("malformed", vec![("Stripe-Signature", "v1=zz".into())], body.clone()),
         ("another secret", vec![("Stripe-Signature", signature("whsec_attacker", t, &body))], body.clone()),

@@ -448,7 +448,7 @@ async fn late_refund_past_its_budget(store: &DynamoStore, clock: &FixedClock) ->
     // Closed as "never charged", then the payment succeeds: a late success,
     // recorded with its refund.
     let order = store.order(&order.order_id).await.unwrap().unwrap();
-    let closed = fixtures::close_at_expiry(&store, &order).await;
+    let closed = fixtures::close_at_expiry(store, &order).await;
     let evidence = Evidence { at: clock.now(), source: "late".into(), status: PaymentStatus::Succeeded, detail: None };
     let settled = store.settle_success(&closed, &attempt, "txn-late", evidence, None, "refunded").await.unwrap();
     assert_eq!(settled, SettleResult::RefundPending);

@@ -378,7 +378,7 @@ async fn a_failing_piece_is_retried_and_once_out_of_receives_is_reported_missing
     let ports = DayPorts { index: &index, channel: Some(&w.ledger), bounds: Bounds::default(), shards: SHARDS };
     let (run, broken) = run_day(&w, &ports, day(), false).await;
     assert!(!broken.complete);
-    assert_eq!(broken.pieces_missing, [piece.clone()]);
+    assert_eq!(broken.pieces_missing, std::slice::from_ref(&piece));
     assert!(broken.stock_reserved_checked, "the catalog piece compares the stock without the shards");
     assert!(orders_named(&broken).is_subset(&today));
     assert!(!orders_named(&broken).contains(planted.as_str()), "the failing piece's orders are not in it");

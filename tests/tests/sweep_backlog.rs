@@ -282,7 +282,7 @@ async fn a_backlog_of_pending_effects_is_handed_on_ten_to_a_call_within_the_boun
 // ---- DynamoDB Local
 
 fn creator(store: &DynamoStore, clock: &dyn Clock) -> CreateOrder<DynamoStore> {
-    fixtures::creator(&store, &FixedClock::at(clock.now().unix_millis()), WINDOW, "w60")
+    fixtures::creator(store, &FixedClock::at(clock.now().unix_millis()), WINDOW, "w60")
 }
 
 async fn order_at(store: &DynamoStore, clock: &dyn Clock) -> Order {

@@ -198,13 +198,13 @@ mod tests {
         let milk_line = LineFacts { sku: &milk, category: Some(&fresh), tags: &[] };
         let mug_line = LineFacts { sku: &mug, category: None, tags: &flash };
         let other_line = LineFacts { sku: &other, category: None, tags: &[] };
-        assert_eq!(window_for(Some(&s), &[milk_line.clone()], STACK), Duration::from_secs(600));
+        assert_eq!(window_for(Some(&s), std::slice::from_ref(&milk_line), STACK), Duration::from_secs(600));
         assert_eq!(window_for(Some(&s), &[milk_line.clone(), ticket_line.clone()], STACK), Duration::from_secs(300));
         assert_eq!(window_for(Some(&s), &[milk_line, ticket_line, mug_line], STACK), Duration::from_secs(120));
         // No match: the set's default, or the stack's when it has none.
-        assert_eq!(window_for(Some(&s), &[other_line.clone()], STACK), Duration::from_secs(900));
+        assert_eq!(window_for(Some(&s), std::slice::from_ref(&other_line), STACK), Duration::from_secs(900));
         let no_default = set(None, vec![(RuleTarget::Sku(sku("TICKET")), 300)]);
-        assert_eq!(window_for(Some(&no_default), &[other_line.clone()], STACK), STACK);
+        assert_eq!(window_for(Some(&no_default), std::slice::from_ref(&other_line), STACK), STACK);
         assert_eq!(window_for(None, &[other_line], STACK), STACK);
     }
 

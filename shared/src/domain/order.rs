@@ -295,6 +295,10 @@ pub fn on_payment_success(status: OrderStatus, paid_by_same_payment: bool) -> Pa
     }
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -443,8 +447,4 @@ mod tests {
         o.closing = None;
         assert_eq!(decide_close(&o, Timestamp::from_unix_millis(0)), CloseDecision::ResumeClosing);
     }
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
 }
